@@ -1,0 +1,441 @@
+"""PyTorch Neural Data Router (NDR).
+
+Csordás, Irie & Schmidhuber, "The Neural Data Router: Adaptive Control Flow in Transformers Improves
+Systematic Generalization", ICLR 2022.
+
+The NDR is an encoder whose one layer is applied `num_hidden_layers` times (weights shared across steps). The layer
+has two ingredients on top of a post-LN Transformer layer:
+
+* **geometric attention**: every key gets a sigmoid match probability, and the closest matching key wins
+  (`geometric_attention_weights`); a per-query directional term tells left from right. There is no
+  positional embedding and a column never attends to itself.
+* **a copy gate**: each column mixes its update with its old state, so it can skip a step.
+
+Reading order: geometric attention weights → attention module → update and gate networks → layer → models.
+
+Tensor dimensions: b batch, h heads, n (i, j, k) sequence positions, d hidden size, e head size (d / h).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils import ModelOutput, can_return_tuple
+
+from .configuration_ndr import NDRConfig
+
+
+def _closer_key_bounds(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each (query i, key j), the key range (q, p] that is closer to i than j, as indices into a cumsum with a
+    leading zero (so the returned bounds are q + 1 and p + 1, both >= 0).
+
+    Closer means |k - i| < |j - i|, plus the key on the right at equal distance when j is on the left (the tie rule:
+    the scan order from i is i+1, i-1, i+2, i-2, ...). The query i itself is inside the range; it contributes
+    nothing because its match probability is 0.
+    """
+    i = torch.arange(n, device=device).unsqueeze(1)  # (n, 1)
+    j = torch.arange(n, device=device).unsqueeze(0)  # (1, n)
+    distance = (i - j).abs()  # (n, n)
+    upper = torch.clamp(i + distance - (j > i).long(), max=n - 1)
+    lower = i - distance
+    return torch.clamp(lower + 1, min=0), upper + 1
+
+
+def geometric_attention_weights(logits: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    r"""
+    Geometric attention weights: each key j matches query i with probability `P_ij = sigmoid(z_ij)`, and j wins only
+    if no key closer to i matched: `A_ij = P_ij * prod_{k closer than j} (1 - P_ik)`.
+
+    The product is computed in log space with one cumulative sum over keys (O(n^2), no loop over positions), in
+    float32 also under autocast (float64 logits stay float64, e.g. for `gradcheck`). Rows are not normalised: `sum_j A_ij <= 1`, the missing mass means "no match".
+
+    Args:
+        logits (`torch.Tensor` of shape `(batch, heads, seq, seq)`):
+            Pre-sigmoid scores `z_ij` of query i for key j, the directional term already included.
+        attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*):
+            1 for tokens, 0 for padding. Padded keys never match. Rows of padded queries are finite (and unused).
+
+    Returns:
+        `torch.Tensor` of shape `(batch, heads, seq, seq)`, float32 (float64 for float64 logits): the weights `A`;
+        the diagonal is 0.
+    """
+    n = logits.shape[-1]
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        excluded = torch.eye(n, dtype=torch.bool, device=logits.device)  # (n, n): never attend to yourself
+        if attention_mask is not None:
+            excluded = excluded | (attention_mask[:, None, None, :] == 0)  # (b, 1, n, n)
+        logits = logits.masked_fill(excluded, float("-inf"))
+
+        log_match = F.logsigmoid(logits)  # log P, -inf where excluded
+        log_no_match = F.logsigmoid(-logits)  # log (1 - P), 0 where excluded
+        # cumulative log (1 - P) over keys, with a leading 0 so that "nothing before key 0" is index 0
+        no_match_cumsum = F.pad(log_no_match.cumsum(dim=-1), (1, 0))  # (b, h, n, n + 1)
+
+        lower, upper = _closer_key_bounds(n, logits.device)  # (n, n) each
+        shape = no_match_cumsum.shape[:-1] + (n,)
+        log_no_closer_match = no_match_cumsum.gather(-1, upper.expand(shape)) - no_match_cumsum.gather(
+            -1, lower.expand(shape)
+        )
+        return torch.exp(log_match + log_no_closer_match)
+
+
+class NDRGeometricAttention(nn.Module):
+    """Multi-head geometric attention with a directional term (spec §1.2).
+
+    `z_ij = scale * q_i . dropout(k_j) + direction_scale * (right_i if j > i else left_i) + logit_bias`, where
+    `q_i = W_q h_i + b` and `[left_i, right_i] = W_d h_i + b_d` come from the query column.
+    """
+
+    def __init__(self, config: NDRConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.normalize = config.normalize_attention
+
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=True)  # the bias is the content bias
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.direction_proj = nn.Linear(config.hidden_size, 2 * config.num_attention_heads)  # (left, right) per head
+        self.scale = nn.Parameter(torch.empty(1))  # alpha
+        self.direction_scale = nn.Parameter(torch.empty(1))  # beta
+        self.logit_bias = nn.Parameter(torch.empty(1))  # gamma
+        self.key_dropout = nn.Dropout(config.attention_dropout)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.num_heads, self.head_size).transpose(1, 2)  # (b, h, n, e)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        b, n, d = hidden_states.shape
+        query = self._split_heads(self.q_proj(hidden_states))
+        key = self._split_heads(self.key_dropout(self.k_proj(hidden_states)))
+        value = self._split_heads(self.v_proj(hidden_states))
+
+        content = torch.einsum("bhie,bhje->bhij", query, key)  # (b, h, n, n)
+        left, right = self.direction_proj(hidden_states).view(b, n, self.num_heads, 2).permute(3, 0, 2, 1)  # (b, h, n)
+        key_is_right = torch.ones(n, n, dtype=torch.bool, device=hidden_states.device).triu(1)  # (i, j): j > i
+        direction = torch.where(key_is_right, right.unsqueeze(-1), left.unsqueeze(-1))  # (b, h, n, n)
+        logits = self.scale * content + self.direction_scale * direction + self.logit_bias
+
+        weights = geometric_attention_weights(logits, attention_mask)  # (b, h, n, n), float32
+        if self.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
+        output = torch.einsum("bhij,bhje->bhie", weights.to(value.dtype), value)  # (b, h, n, e)
+        output = output.transpose(1, 2).reshape(b, n, d)
+        return self.o_proj(output), weights
+
+
+ATTENTION_CLASSES = {"geometric": NDRGeometricAttention}
+
+
+class NDRUpdate(nn.Module):
+    """The candidate new state: `LayerNorm(W_2 dropout(relu(W_1 m)))` — no residual, the copy gate mixes instead."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__()
+        self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(self.fc_out(self.dropout(F.relu(self.fc_in(hidden_states)))))
+
+
+class NDRCopyGate(nn.Module):
+    """Per column and channel, how much of the update to take: `sigmoid(G_2 dropout(relu(G_1 m)))`."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__()
+        self.fc_in = nn.Linear(config.hidden_size, config.hidden_size)
+        self.fc_out = nn.Linear(config.hidden_size, config.hidden_size)  # its bias starts at gate_bias_init
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.gate_dropout = config.gate_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        gate = torch.sigmoid(self.fc_out(self.dropout(F.relu(self.fc_in(hidden_states)))))  # (b, n, d)
+        if self.training and self.gate_dropout > 0:
+            # force whole columns of some samples to copy, so the model learns to rely on copying
+            keep = torch.rand(gate.shape[:-1] + (1,), device=gate.device) >= self.gate_dropout  # (b, n, 1)
+            gate = gate * keep
+        return gate
+
+
+class NDRFeedForward(nn.Module):
+    """The plain post-LN Transformer feed-forward block, used when `copy_gate=False`."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__()
+        self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        update = self.fc_out(self.dropout(F.relu(self.fc_in(hidden_states))))
+        return self.layer_norm(hidden_states + self.dropout(update))
+
+
+class NDRLayer(GradientCheckpointingLayer):
+    """One NDR step (spec §1.1); the same instance is applied at every step."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__()
+        self.attention = ATTENTION_CLASSES[config.attention_type](config)
+        self.attention_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        if config.copy_gate:
+            self.update = NDRUpdate(config)
+            self.copy_gate = NDRCopyGate(config)
+        else:
+            self.feed_forward = NDRFeedForward(config)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        attended, weights = self.attention(hidden_states, attention_mask)
+        mixed = self.attention_layer_norm(hidden_states + self.dropout(attended))
+        if not hasattr(self, "copy_gate"):
+            return self.feed_forward(mixed), weights, None
+        update = self.update(mixed)
+        gate = self.copy_gate(mixed)
+        hidden_states = gate * update + (1 - gate) * hidden_states
+        return hidden_states, weights, gate
+
+
+@dataclass
+class NDRModelOutput(ModelOutput):
+    r"""
+    Outputs of [`NDRModel`].
+
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch, seq, hidden)`):
+            The state of every column after the last step.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+            The embeddings and the state after every step: `num_steps + 1` tensors of shape `(batch, seq, hidden)`.
+        attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+            The attention weights of every step: `num_steps` tensors of shape `(batch, heads, seq, seq)`.
+        gates (`tuple(torch.FloatTensor)`, *optional*, returned with `output_gates=True`):
+            The copy-gate values of every step (1 = take the update, 0 = copy): `num_steps` tensors of shape
+            `(batch, seq, hidden)`.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    gates: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class NDRSequenceClassifierOutput(ModelOutput):
+    r"""
+    Outputs of [`NDRForSequenceClassification`]: `loss` (when labels are given), `logits` of shape
+    `(batch, num_labels)`, and `hidden_states`, `attentions`, `gates` as in [`NDRModelOutput`].
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    gates: tuple[torch.FloatTensor, ...] | None = None
+
+
+class NDRPreTrainedModel(PreTrainedModel):
+    config_class = NDRConfig
+    base_model_prefix = "ndr"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["NDRLayer"]
+    _supports_sdpa = False
+    accepts_loss_kwargs = False
+
+    def _feed_forward_init(self) -> dict[nn.Linear, tuple[float, float]]:
+        """(xavier gain, bias value) of every feed-forward and gate layer. Looked up from the leaf `nn.Linear`
+        because transformers skips custom-code modules that own no parameters directly (like `NDRCopyGate`)."""
+        roles = {}
+        for module in self.modules():
+            if isinstance(module, (NDRUpdate, NDRFeedForward)):
+                roles[module.fc_in] = (math.sqrt(2.0), 0.0)
+                roles[module.fc_out] = (5.0 / 3.0, 0.0)
+            elif isinstance(module, NDRCopyGate):
+                roles[module.fc_in] = (math.sqrt(2.0), 0.0)
+                roles[module.fc_out] = (1.0, self.config.gate_bias_init)
+        return roles
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        """The release's init (spec §1.1/§1.2): Xavier-uniform layers, N(0, 1) embeddings, gate bias at
+        `gate_bias_init`; the classifier and layer norms get the transformers defaults."""
+        super()._init_weights(module)
+        if isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=1.0)
+        elif isinstance(module, NDRGeometricAttention):
+            for projection in (module.q_proj, module.k_proj, module.v_proj, module.o_proj, module.direction_proj):
+                init.xavier_uniform_(projection.weight)
+            init.zeros_(module.q_proj.bias)
+            init.zeros_(module.direction_proj.bias)
+            init.constant_(module.scale, 1.0 / math.sqrt(module.head_size))
+            init.constant_(module.direction_scale, 1.0)
+            init.zeros_(module.logit_bias)
+        elif isinstance(module, nn.Linear) and module in (roles := self._feed_forward_init()):
+            gain, bias = roles[module]
+            init.xavier_uniform_(module.weight, gain=gain)
+            init.constant_(module.bias, bias)
+
+
+class NDRModel(NDRPreTrainedModel):
+    """The NDR encoder: token embeddings (no positional embedding) and one shared layer applied step after step."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__(config)
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layer = NDRLayer(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        num_steps: int | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_gates: bool | None = None,
+        **kwargs,
+    ) -> NDRModelOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, seq)`): token ids, `[BOS] ... [EOS]`.
+            attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*): 1 for tokens, 0 for padding.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch, seq, hidden)`, *optional*): instead of `input_ids`.
+            num_steps (`int`, *optional*): how often to apply the layer; defaults to `config.num_hidden_layers`.
+            output_attentions / output_hidden_states / output_gates (`bool`, *optional*): return every step's
+                attention weights / states / copy gates.
+        """
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        num_steps = self.config.num_hidden_layers if num_steps is None else num_steps
+        if not isinstance(num_steps, int) or num_steps < 1:
+            raise ValueError(f"num_steps={num_steps!r} is invalid: expected an integer >= 1.")
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
+        hidden_states = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, d)
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        all_gates = () if output_gates else None
+        for _ in range(num_steps):
+            hidden_states, weights, gate = self.layer(hidden_states, attention_mask)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (weights,)
+            if output_gates:
+                all_gates += (gate,)
+        return NDRModelOutput(
+            last_hidden_state=hidden_states,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+            gates=all_gates,
+        )
+
+
+def readout_positions(attention_mask: torch.Tensor, readout: str) -> torch.LongTensor:
+    """Index of the first (`"first"`: [BOS]) or last (`"last"`: [EOS]) real token of every row; works with right
+    and left padding. `attention_mask` (batch, seq) → (batch,)."""
+    positions = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
+    is_token = attention_mask != 0
+    if readout == "first":
+        return torch.where(is_token, positions, attention_mask.shape[-1]).min(dim=-1).values
+    return torch.where(is_token, positions, -1).max(dim=-1).values
+
+
+class NDRForSequenceClassification(NDRPreTrainedModel):
+    """NDR encoder with a linear head on one column (`config.readout`)."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.ndr = NDRModel(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.ndr.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.ndr.embeddings = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.Tensor | None = None,
+        num_steps: int | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_gates: bool | None = None,
+        **kwargs,
+    ) -> NDRSequenceClassifierOutput:
+        r"""
+        Args:
+            labels (`torch.Tensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*): targets; the loss
+                follows `config.problem_type` (single-label, multi-label or regression) as in other HF models.
+            Other arguments as in [`NDRModel.forward`].
+        """
+        outputs = self.ndr(
+            input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            num_steps=num_steps,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            output_gates=output_gates,
+            return_dict=True,
+        )
+        states = outputs.last_hidden_state  # (b, n, d)
+        if attention_mask is None:
+            attention_mask = torch.ones(states.shape[:2], dtype=torch.long, device=states.device)
+        positions = readout_positions(attention_mask, self.config.readout)  # (b,)
+        logits = self.classifier(states[torch.arange(states.shape[0], device=states.device), positions])
+
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return NDRSequenceClassifierOutput(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            gates=outputs.gates,
+        )
+
+
+__all__ = [
+    "NDRPreTrainedModel",
+    "NDRModel",
+    "NDRForSequenceClassification",
+    "NDRModelOutput",
+    "NDRSequenceClassifierOutput",
+    "geometric_attention_weights",
+]

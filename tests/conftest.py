@@ -1,0 +1,22 @@
+"""Test-session set-up. The hub variables are read when huggingface_hub is imported, so they are set here, before
+any HF import: every hub id resolves from a private offline cache that the tests build themselves."""
+
+import os
+import tempfile
+
+_HF_HOME = tempfile.mkdtemp(prefix="ndr-tests-hf-home-")
+os.environ["HF_HOME"] = _HF_HOME
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture
+def hf_home() -> str:
+    """The offline HF home of this test session (`$HF_HOME/hub` is the hub cache)."""
+    return _HF_HOME
