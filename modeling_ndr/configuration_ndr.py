@@ -29,6 +29,9 @@ class NDRConfig(PreTrainedConfig):
             Heads of the geometric attention; must divide `hidden_size`.
         num_hidden_layers (`int`, *optional*, defaults to 14):
             Number of steps: how often the one shared layer is applied. `forward(num_steps=...)` overrides it.
+        eval_num_hidden_layers (`int`, *optional*):
+            Number of steps when the model is not training (evaluation, inference), if different: the paper's
+            ListOps model trains with 20 steps and is evaluated with 24. `None` means `num_hidden_layers`.
         hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
             Dropout after attention and inside the update and gate networks.
         attention_dropout (`float`, *optional*, defaults to 0.1):
@@ -60,6 +63,7 @@ class NDRConfig(PreTrainedConfig):
         intermediate_size=512,
         num_attention_heads=1,
         num_hidden_layers=14,
+        eval_num_hidden_layers=None,
         hidden_dropout_prob=0.1,
         attention_dropout=0.1,
         gate_dropout=0.1,
@@ -80,6 +84,7 @@ class NDRConfig(PreTrainedConfig):
         self.intermediate_size = intermediate_size
         self.num_attention_heads = num_attention_heads
         self.num_hidden_layers = num_hidden_layers
+        self.eval_num_hidden_layers = eval_num_hidden_layers
         self.hidden_dropout_prob = hidden_dropout_prob
         self.attention_dropout = attention_dropout
         self.gate_dropout = gate_dropout
@@ -104,6 +109,9 @@ class NDRConfig(PreTrainedConfig):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 fail(field, "expected an integer >= 1")
+        steps = self.eval_num_hidden_layers
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+            fail("eval_num_hidden_layers", "expected None or an integer >= 1")
         if self.hidden_size % self.num_attention_heads != 0:
             fail("hidden_size", f"must be divisible by num_attention_heads={self.num_attention_heads}")
         for field in ("hidden_dropout_prob", "attention_dropout", "gate_dropout"):

@@ -324,7 +324,8 @@ class NDRModel(NDRPreTrainedModel):
             input_ids (`torch.LongTensor` of shape `(batch, seq)`): token ids, `[BOS] ... [EOS]`.
             attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*): 1 for tokens, 0 for padding.
             inputs_embeds (`torch.FloatTensor` of shape `(batch, seq, hidden)`, *optional*): instead of `input_ids`.
-            num_steps (`int`, *optional*): how often to apply the layer; defaults to `config.num_hidden_layers`.
+            num_steps (`int`, *optional*): how often to apply the layer; defaults to `config.num_hidden_layers`
+                in training and to `config.eval_num_hidden_layers` (if set) otherwise.
             output_attentions / output_hidden_states / output_gates (`bool`, *optional*): return every step's
                 attention weights / states / copy gates.
         """
@@ -332,7 +333,10 @@ class NDRModel(NDRPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        num_steps = self.config.num_hidden_layers if num_steps is None else num_steps
+        if num_steps is None:
+            num_steps = self.config.num_hidden_layers
+            if not self.training and self.config.eval_num_hidden_layers is not None:
+                num_steps = self.config.eval_num_hidden_layers
         if not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"num_steps={num_steps!r} is invalid: expected an integer >= 1.")
         if (input_ids is None) == (inputs_embeds is None):

@@ -166,6 +166,11 @@ def test_outputs_per_step_and_num_steps_override():
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
     longer = model(input_ids, attention_mask=mask, num_steps=5, output_attentions=True)
     assert len(longer.attentions) == 5, "num_steps overrides config.num_hidden_layers"
+    model.config.eval_num_hidden_layers = 4
+    assert len(model(input_ids, output_attentions=True).attentions) == 4, "evaluation uses eval_num_hidden_layers"
+    model.train()
+    assert len(model(input_ids, output_attentions=True).attentions) == 2, "training uses num_hidden_layers"
+    model.eval()
     plain = model(input_ids, attention_mask=mask)
     assert plain.attentions is None and plain.hidden_states is None and plain.gates is None
     assert isinstance(model(input_ids, return_dict=False), tuple)
@@ -283,6 +288,7 @@ def test_tiny_model_fits_random_sequences():
         ("hidden_size", 30),  # not divisible by 4 heads
         ("num_attention_heads", 0),
         ("num_hidden_layers", 0),
+        ("eval_num_hidden_layers", 0),
         ("vocab_size", -1),
         ("intermediate_size", 0),
         ("hidden_dropout_prob", 1.0),

@@ -1,0 +1,137 @@
+"""Write a hub-ready folder from a trained checkpoint.
+
+    python training/export.py CHECKPOINT_DIR OUT_DIR [--repo_id org/name]
+
+The folder holds `config.json` (with `auto_map` and `id2label`), `model.safetensors`, the tokenizer files, the
+modeling code for `trust_remote_code=True`, and a `README.md` model card rendered from
+`hub_cards/model_card_template.md`. `eval_results.json` and `run_config.json` are read from the checkpoint folder
+or its parent (where `train.py` writes them) and copied along.
+"""
+
+import argparse
+import json
+import os
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import AutoTokenizer
+
+import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
+from modeling_ndr import NDRForSequenceClassification
+
+TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hub_cards", "model_card_template.md")
+TASK_TITLES = {
+    "ctl": "compositional table lookup ({direction})",
+    "arithmetic": "simple arithmetic modulo 10",
+    "listops": "ListOps (depth-controlled)",
+}
+
+
+def _read_json(folder: str, name: str) -> dict | None:
+    for candidate in (os.path.join(folder, name), os.path.join(os.path.dirname(os.path.abspath(folder)), name)):
+        if os.path.isfile(candidate):
+            with open(candidate) as f:
+                return json.load(f)
+    return None
+
+
+def depth_markdown_table(eval_results: dict) -> str:
+    depths = sorted({int(d) for split in eval_results.values() for d in split["by_depth"]})
+    lines = ["| split | " + " | ".join(f"depth {d}" for d in depths) + " |", "|---|" + "---|" * len(depths)]
+    for split, values in eval_results.items():
+        cells = [f"{values['by_depth'][str(d)]:.3f}" if str(d) in values["by_depth"] else "" for d in depths]
+        lines.append(f"| {split} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) -> ModelCard:
+    task = run_config.get("task", {})
+    task_name = task.get("task", "ctl")
+    direction = task.get("direction") or "forward"
+    dataset_name = f"ndr-{task_name}" + (f"-{direction}" if task_name == "ctl" else "")
+    results = [
+        EvalResult(
+            task_type="text-classification",
+            dataset_type=dataset_name,
+            dataset_name=TASK_TITLES[task_name].format(direction=direction),
+            dataset_split=split,
+            metric_type="accuracy",
+            metric_value=values["accuracy"],
+        )
+        for split, values in eval_results.items()
+    ]
+    card_data = ModelCardData(
+        model_name=repo_id.split("/")[-1],
+        library_name="transformers",
+        license="mit",
+        pipeline_tag="text-classification",
+        tags=["ndr", "neural-data-router", "systematic-generalization", "length-generalization", task_name],
+        datasets=[dataset_name],
+        metrics=["accuracy"],
+        eval_results=results,
+    )
+    config = model.config
+    num_steps = config.eval_num_hidden_layers or config.num_hidden_layers
+    split_rows = [
+        {"split": split, "accuracy": values["accuracy"],
+         "depths": ", ".join(sorted(values["by_depth"], key=int)) or "–"}
+        for split, values in eval_results.items()
+    ]
+    options = {k: v for k, v in task.items() if k in ("direction", "n_train", "n_eval") and v is not None}
+    task_call = f"load_task({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
+    example = run_config.get("example") or {"text": "", "label": ""}
+    return ModelCard.from_template(
+        card_data,
+        template_path=TEMPLATE,
+        repo_id=repo_id,
+        task_description=TASK_TITLES[task_name].format(direction=direction),
+        num_steps=num_steps,
+        split_rows=split_rows,
+        depth_table=depth_markdown_table(eval_results),
+        task_call=task_call,
+        task_seed=task.get("task_seed", 0),
+        preset=run_config.get("preset") or "none (command-line arguments)",
+        seed=run_config.get("seed"),
+        config=config,
+        num_parameters=f"{model.num_parameters():,}",
+        example_text=example["text"],
+        example_label=example["label"],
+    )
+
+
+def export_model(
+    checkpoint_dir: str,
+    out_dir: str,
+    eval_results: dict | None = None,
+    run_config: dict | None = None,
+    repo_id: str | None = None,
+) -> str:
+    """Write the hub-ready folder `out_dir` from `checkpoint_dir`; returns `out_dir`."""
+    eval_results = eval_results or _read_json(checkpoint_dir, "eval_results.json")
+    run_config = run_config or _read_json(checkpoint_dir, "run_config.json") or {}
+    if eval_results is None:
+        raise FileNotFoundError(f"no eval_results.json in {checkpoint_dir} or its parent: evaluate before exporting")
+    model = NDRForSequenceClassification.from_pretrained(checkpoint_dir)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)  # weights, config with auto_map, and the modeling code
+    tokenizer.save_pretrained(out_dir)
+    repo_id = repo_id or run_config.get("hub_model_id") or f"ndr/{os.path.basename(os.path.abspath(out_dir.rstrip('/')))}"
+    build_model_card(model, eval_results, run_config, repo_id).save(os.path.join(out_dir, "README.md"))
+    with open(os.path.join(out_dir, "eval_results.json"), "w") as f:
+        json.dump(eval_results, f, indent=2)
+    with open(os.path.join(out_dir, "run_config.json"), "w") as f:
+        json.dump(run_config, f, indent=2, default=str)
+    return out_dir
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint_dir")
+    parser.add_argument("out_dir")
+    parser.add_argument("--repo_id", default=None, help="Hub id used in the model card's snippets (org/name).")
+    args = parser.parse_args()
+    print(export_model(args.checkpoint_dir, args.out_dir, repo_id=args.repo_id))
+
+
+if __name__ == "__main__":
+    main()
