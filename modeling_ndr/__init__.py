@@ -16,6 +16,8 @@ from .modeling_ndr import (
     NDRSequenceClassifierOutput,
     geometric_attention_weights,
 )
+from .tasks import TASK_NAMES, ctl_tables, load_task, task_label_names, task_readout, task_vocabulary
+from .tokenization_ndr import build_tokenizer, task_tokenizer
 
 __version__ = "0.1.0"
 
@@ -34,4 +36,12 @@ __all__ = [
     "NDRModelOutput",
     "NDRSequenceClassifierOutput",
     "geometric_attention_weights",
+    "TASK_NAMES",
+    "load_task",
+    "ctl_tables",
+    "task_label_names",
+    "task_readout",
+    "task_vocabulary",
+    "build_tokenizer",
+    "task_tokenizer",
 ]

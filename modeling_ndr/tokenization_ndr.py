@@ -1,0 +1,90 @@
+"""Word-level tokenizers for the tasks: one id per space-separated token, wrapped as `[BOS] ... [EOS]`.
+
+The ids of the special tokens are fixed (`[PAD]` 0, `[UNK]` 1, `[BOS]` 2, `[EOS]` 3) so that every tokenizer made
+here agrees with the model config's `pad_token_id` / `bos_token_id` / `eos_token_id`. The tokenizer is a
+`tokenizers` `WordLevel` model with a `WhitespaceSplit` pre-tokenizer and a `TemplateProcessing` post-processor,
+wrapped as a `PreTrainedTokenizerFast` that saves and loads with `save_pretrained` / `AutoTokenizer`. It returns
+only `input_ids` and `attention_mask` (no `token_type_ids`), which is what the model's `forward` takes.
+"""
+
+import json
+import os
+from typing import Iterable, Optional
+
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
+
+from .tasks import task_vocabulary
+
+PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, EOS_TOKEN = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
+PAD_TOKEN_ID, UNK_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID = 0, 1, 2, 3
+SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, EOS_TOKEN)
+
+
+class NDRTokenizerFast(PreTrainedTokenizerFast):
+    """A `PreTrainedTokenizerFast` whose `save_pretrained` names the class `PreTrainedTokenizerFast`.
+
+    transformers 5 writes its backend's class name (`TokenizersBackend`) into `tokenizer_config.json`, which older
+    versions cannot load; every version's `AutoTokenizer` knows `PreTrainedTokenizerFast`. Nothing else changes: the
+    saved folder loads with `AutoTokenizer.from_pretrained(folder)` and needs no code from this package.
+    """
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        files = super().save_pretrained(save_directory, *args, **kwargs)
+        config_file = os.path.join(save_directory, "tokenizer_config.json")
+        with open(config_file, encoding="utf-8") as f:
+            config = json.load(f)
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        with open(config_file, "w", encoding="utf-8") as f:
+            f.write(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        return files
+
+
+def build_tokenizer(
+    texts: Optional[Iterable[str]] = None, vocabulary: Optional[Iterable[str]] = None
+) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer for your own task.
+
+    Args:
+        texts (`Iterable[str]`, *optional*): lines of space-separated tokens (e.g. a dataset's `text` column); every
+            token in them gets an id.
+        vocabulary (`Iterable[str]`, *optional*): tokens to include in this order (e.g. `task_vocabulary(name)`).
+
+    Returns:
+        `PreTrainedTokenizerFast` with ids `[PAD]`=0, `[UNK]`=1, `[BOS]`=2, `[EOS]`=3, then `vocabulary` in its order,
+        then the other tokens of `texts` sorted, so the same data always gives the same ids. Unknown tokens map to
+        `[UNK]`; every encoding is `[BOS] tokens... [EOS]`.
+    """
+    if texts is None and vocabulary is None:
+        raise ValueError("build_tokenizer needs texts, a vocabulary, or both")
+    tokens = list(dict.fromkeys(token for token in (vocabulary or ()) if token not in SPECIAL_TOKENS))
+    if texts is not None:
+        if isinstance(texts, str):
+            raise ValueError("texts must be an iterable of lines, not one string")
+        known = set(tokens) | set(SPECIAL_TOKENS)
+        tokens += sorted({token for text in texts for token in text.split()} - known)
+    for token in tokens:
+        if not token or any(character.isspace() for character in token):
+            raise ValueError(f"vocabulary tokens must be non-empty and contain no whitespace, got {token!r}")
+    vocab = {token: index for index, token in enumerate((*SPECIAL_TOKENS, *tokens))}
+
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{BOS_TOKEN} $A {EOS_TOKEN}",
+        pair=f"{BOS_TOKEN} $A {EOS_TOKEN} $B:1 {EOS_TOKEN}:1",
+        special_tokens=[(BOS_TOKEN, BOS_TOKEN_ID), (EOS_TOKEN, EOS_TOKEN_ID)],
+    )
+    return NDRTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        unk_token=UNK_TOKEN,
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def task_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    """The tokenizer of one of the paper's tasks (`"ctl"`, `"arithmetic"`, `"listops"`), from its fixed symbols."""
+    return build_tokenizer(vocabulary=task_vocabulary(name))
