@@ -13,10 +13,9 @@ import json
 import os
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import AutoTokenizer
-
 import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
 from modeling_ndr import NDRForSequenceClassification
+from modeling_ndr.tokenization_ndr import NDRTokenizerFast
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hub_cards", "model_card_template.md")
 TASK_TITLES = {
@@ -111,7 +110,7 @@ def export_model(
     if eval_results is None:
         raise FileNotFoundError(f"no eval_results.json in {checkpoint_dir} or its parent: evaluate before exporting")
     model = NDRForSequenceClassification.from_pretrained(checkpoint_dir)
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+    tokenizer = NDRTokenizerFast.from_pretrained(checkpoint_dir)  # saves as PreTrainedTokenizerFast
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir)  # weights, config with auto_map, and the modeling code
     tokenizer.save_pretrained(out_dir)

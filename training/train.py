@@ -50,6 +50,12 @@ class TaskArguments:
     n_train: int | None = field(default=None, metadata={"help": "Training-set size (default: the paper's)."})
     n_eval: int | None = field(default=None, metadata={"help": "Size of each evaluation split (default 1000)."})
     task_seed: int = field(default=0, metadata={"help": "Seed of the data generation (CTL: also its tables)."})
+    balance_depths: bool = field(
+        default=False,
+        metadata={"help": "Draw training samples uniformly over depths (with replacement). CTL's train set holds 72 "
+                  "depth-1 and 486 depth-2 samples against ~24K each at depths 4 and 5; from scratch, a model then "
+                  "sits at chance for thousands of steps before it finds the single lookups."},
+    )
 
 
 @dataclass
@@ -120,7 +126,22 @@ def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
 
 class NDRTrainer(Trainer):
     """`Trainer` with the paper's two differences: AdamW decays *all* parameters (Trainer exempts biases and norms),
-    and the best checkpoint is the *latest* one with the best metric (Trainer keeps the first)."""
+    and the best checkpoint is the *latest* one with the best metric (Trainer keeps the first). With
+    `balance_depths=True` the training samples are drawn uniformly over depths."""
+
+    def __init__(self, *args, balance_depths: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.balance_depths = balance_depths
+
+    def _get_train_sampler(self, train_dataset=None):
+        if not self.balance_depths:
+            return super()._get_train_sampler(train_dataset)
+        depths = np.asarray((train_dataset or self.train_dataset)["depth"])
+        _, inverse, counts = np.unique(depths, return_inverse=True, return_counts=True)
+        # the same generator seed in every process: accelerate shards one common sequence of batches
+        generator = torch.Generator().manual_seed(self.args.seed)
+        weights = torch.as_tensor(1.0 / counts[inverse], dtype=torch.double)
+        return torch.utils.data.WeightedRandomSampler(weights, num_samples=len(depths), generator=generator)
 
     def get_decay_parameter_names(self, model) -> list[str]:
         return [name for name, _ in model.named_parameters()]
@@ -210,7 +231,11 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics,
+        balance_depths=task_args.balance_depths,
     )
+
+    total_batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
+    logger.info("processes: %d, total train batch size: %d", training_args.world_size, total_batch)
 
     if training_args.should_save:
         os.makedirs(training_args.output_dir, exist_ok=True)

@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh machine (they create .venv with the CPU build of torch):
+#   make demo   train NDR on CTL backward on this CPU (2 processes), print ood_test accuracy, export a hub-ready model
+#   make test   run the test suite (what CI runs)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH_CPU := torch==2.13.0
+DEMO_DIR ?= outputs/ctl_backward_cpu
+DEMO_DIRECTION ?= backward
+NPROC ?= 2
+
+.PHONY: setup demo demo-forward test test-slow bench clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_CPU)
+	$(BIN)/python -m pip install --quiet -e ".[test,train]"
+	touch $(STAMP)
+
+# gloo data parallelism on the CPU: ACCELERATE_USE_CPU and --use_cpu are both needed (see HF_NOTES)
+demo: $(STAMP)
+	ACCELERATE_USE_CPU=true OMP_NUM_THREADS=1 $(BIN)/accelerate launch --multi_gpu --num_processes $(NPROC) \
+	    --num_machines 1 --mixed_precision no --dynamo_backend no \
+	    training/train.py --preset ctl_cpu --direction $(DEMO_DIRECTION) --use_cpu --ddp_find_unused_parameters false \
+	    --output_dir $(DEMO_DIR)
+
+demo-forward: $(STAMP)
+	$(MAKE) demo DEMO_DIR=outputs/ctl_forward_cpu DEMO_DIRECTION=forward
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/attention.py
+
+clean:
+	rm -rf $(VENV) outputs runs

@@ -1,0 +1,63 @@
+"""Pictures of what an NDR does on one input: the copy gate and the attention of every step (needs matplotlib)."""
+
+import torch
+
+
+@torch.no_grad()
+def plot_routing(model, tokenizer, text: str, num_steps: int | None = None, head: int | None = None, path=None):
+    """Draw the paper's maps for one input: the copy gate of every column at every step (top; mean over channels,
+    1 = the column takes its update) and the attention matrix of each step (below; mean over heads unless `head`).
+
+    Args:
+        model: an `NDRModel` or `NDRForSequenceClassification`.
+        tokenizer: its tokenizer; `text` is encoded with it (one sequence, no padding).
+        num_steps (`int`, *optional*): steps to run (default: the model's evaluation step count).
+        head (`int`, *optional*): show this attention head instead of the mean over heads.
+        path (*optional*): save the figure there (any format matplotlib knows, e.g. `routing.png`).
+
+    Returns:
+        `matplotlib.figure.Figure`.
+    """
+    import matplotlib.pyplot as plt
+
+    was_training = model.training
+    model.eval()
+    encoding = tokenizer([text], return_tensors="pt").to(model.device)
+    outputs = model(**encoding, num_steps=num_steps, output_attentions=True, output_gates=True)
+    model.train(was_training)
+    tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"][0])
+    attentions = torch.stack(outputs.attentions)[:, 0]  # (steps, heads, seq, seq)
+    attentions = attentions.mean(1) if head is None else attentions[:, head]
+    steps = attentions.shape[0]
+
+    columns = min(steps, 6)
+    rows = 1 + -(-steps // columns)
+    figure = plt.figure(figsize=(2.6 * columns, 2.6 * rows), constrained_layout=True)
+    grid = figure.add_gridspec(rows, columns)
+    if outputs.gates is not None and outputs.gates[0] is not None:
+        gate_axis = figure.add_subplot(grid[0, :])
+        gates = torch.stack(outputs.gates)[:, 0].mean(-1).float().cpu()  # (steps, seq)
+        image = gate_axis.imshow(gates.T, aspect="auto", vmin=0, vmax=1, cmap="viridis")
+        gate_axis.set_yticks(range(len(tokens)), tokens)
+        gate_axis.set_xticks(range(steps), [str(s + 1) for s in range(steps)])
+        gate_axis.set_xlabel("step")
+        gate_axis.set_title("copy gate (1 = update, 0 = copy)")
+        figure.colorbar(image, ax=gate_axis)
+    for step in range(steps):
+        axis = figure.add_subplot(grid[1 + step // columns, step % columns])
+        axis.imshow(attentions[step].float().cpu(), vmin=0, vmax=1, cmap="Blues")
+        axis.set_title(f"step {step + 1}", fontsize=9)
+        axis.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=7)
+        axis.set_yticks(range(len(tokens)), tokens, fontsize=7)
+    figure.suptitle(f"{text}  →  {_prediction(model, outputs)}")
+    if path is not None:
+        figure.savefig(path, dpi=110)
+    return figure
+
+
+def _prediction(model, outputs) -> str:
+    logits = getattr(outputs, "logits", None)
+    if logits is None:
+        return "(encoder)"
+    label = logits[0].argmax(-1).item()
+    return str(model.config.id2label.get(label, label))

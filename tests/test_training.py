@@ -1,0 +1,219 @@
+"""End-to-end tests of training/train.py and training/export.py on a tiny model and small data."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+from hub_cache import install_in_hub_cache
+from modeling_ndr import NDRForSequenceClassification, NDRModel
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "training" / "train.py"
+TINY = [
+    "--preset", "ctl_cpu", "--direction", "backward", "--n_train", "512", "--n_eval", "64",
+    "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "3",
+    "--per_device_train_batch_size", "32", "--per_device_eval_batch_size", "64",
+    "--disable_tqdm", "true", "--seed", "1",
+]  # fmt: skip
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"ndr_{name}", REPO / "training" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """One short in-process run: 24 steps, evaluation and saving every 8."""
+    output_dir = tmp_path_factory.mktemp("run") / "ctl"
+    train = load_script("train")
+    argv = TINY + ["--max_steps", "24", "--eval_steps", "8", "--save_steps", "8", "--logging_steps", "4",
+                   "--save_total_limit", "5", "--report_to", "tensorboard", "--output_dir", str(output_dir)]
+    results = train.main(argv)
+    return output_dir, results
+
+
+def test_run_writes_safetensors_checkpoints(trained_run):
+    output_dir, _ = trained_run
+    checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in checkpoints] == ["checkpoint-8", "checkpoint-16", "checkpoint-24"]
+    for checkpoint in checkpoints:
+        assert (checkpoint / "model.safetensors").is_file(), f"{checkpoint.name} must hold safetensors weights"
+    assert list((output_dir / "runs").rglob("events.out.tfevents.*")), "TensorBoard event files are written"
+    run_config = json.loads((output_dir / "run_config.json").read_text())
+    assert run_config["seed"] == 1 and run_config["task"]["task_seed"] == 0, "both seeds are recorded"
+
+
+def test_eval_results_cover_every_split_by_depth(trained_run):
+    output_dir, results = trained_run
+    saved = json.loads((output_dir / "eval_results.json").read_text())
+    assert saved == results
+    expected_depths = {"ood_valid": {"6", "7", "8"}, "ood_test": {"9", "10"}}
+    for split in ("iid_test", "ood_valid", "ood_test"):
+        assert 0.0 <= saved[split]["accuracy"] <= 1.0
+        assert saved[split]["by_depth"], f"{split} has per-depth accuracies"
+        if split in expected_depths:
+            assert set(saved[split]["by_depth"]) == expected_depths[split]
+
+
+def test_best_checkpoint_is_selected_on_ood_valid_latest_on_ties(trained_run):
+    output_dir, results = trained_run
+    state = json.loads((output_dir / "checkpoint-24" / "trainer_state.json").read_text())
+    evaluations = [(e["step"], e["eval_ood_valid_accuracy"]) for e in state["log_history"] if "eval_ood_valid_accuracy" in e]
+    best = max(accuracy for _, accuracy in evaluations)
+    latest_best_step = max(step for step, accuracy in evaluations if accuracy == best)
+    assert state["best_global_step"] == latest_best_step, f"evaluations {evaluations}"
+    assert results["ood_valid"]["accuracy"] == pytest.approx(best), "the final report is of the selected checkpoint"
+
+
+def test_export_loads_from_the_offline_hub_cache_and_with_a_pipeline(trained_run, hf_home, tmp_path, monkeypatch):
+    output_dir, results = trained_run
+    export = output_dir / "export"
+    files = {p.name for p in export.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "modeling_ndr.py", "README.md"} <= files
+    config = json.loads((export / "config.json").read_text())
+    assert config["id2label"]["0"] == "000" and "AutoModel" in config["auto_map"]
+
+    install_in_hub_cache(str(export), "org/ndr-ctl-test", hf_home)
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(AutoModel.from_pretrained("org/ndr-ctl-test"), NDRModel)
+    model = AutoModelForSequenceClassification.from_pretrained("org/ndr-ctl-test").eval()
+    assert isinstance(model, NDRForSequenceClassification)
+    tokenizer = AutoTokenizer.from_pretrained("org/ndr-ctl-test")
+    text = json.loads((export / "run_config.json").read_text())["example"]["text"]
+    with torch.no_grad():
+        logits = model(**tokenizer([text], return_tensors="pt")).logits
+
+    classify = pipeline("text-classification", model=str(export))
+    prediction = classify(text)[0]
+    assert prediction["label"] == model.config.id2label[logits.argmax(-1).item()]
+    assert re.fullmatch(r"[01]{3}", prediction["label"]), "labels read as CTL symbols"
+
+
+def test_export_loads_with_remote_code_without_the_package(trained_run, tmp_path):
+    output_dir, _ = trained_run
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["modeling_ndr"] = None  # the package is not importable here
+        from transformers import pipeline
+        classify = pipeline("text-classification", model=sys.argv[1], trust_remote_code=True)
+        print(classify("a b 101")[0]["label"])
+        """
+    )
+    (tmp_path / "load.py").write_text(script)
+    result = subprocess.run([sys.executable, "load.py", str(output_dir / "export")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.fullmatch(r"[01]{3}", result.stdout.strip().splitlines()[-1])
+
+
+def test_model_card_parses_and_model_index_round_trips(trained_run):
+    output_dir, results = trained_run
+    card = ModelCard.load(output_dir / "export" / "README.md")
+    assert card.data.library_name == "transformers" and card.data.license == "mit"
+    reported = {r.dataset_split: r.metric_value for r in card.data.eval_results}
+    assert reported == pytest.approx({split: values["accuracy"] for split, values in results.items()})
+    assert "| ood_test |" in card.text and "trust_remote_code=True" in card.text
+
+
+def test_standalone_export_script(trained_run, tmp_path):
+    output_dir, _ = trained_run
+    result = subprocess.run(
+        [sys.executable, str(REPO / "training" / "export.py"), str(output_dir / "checkpoint-8"), str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "README.md").is_file()
+
+
+def run_train_subprocess(args: list[str], launcher: list[str] | None = None, timeout=600):
+    command = (launcher or [sys.executable]) + [str(TRAIN)] + args
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+
+
+def logged_losses(output: str) -> list[float]:
+    return [float(x) for x in re.findall(r"\{'loss': '([0-9.e+-]+)'", output)]
+
+
+def test_resume_continues_the_global_step(tmp_path):
+    output_dir = str(tmp_path / "resume")
+    common = TINY + ["--eval_steps", "5", "--save_steps", "5", "--logging_steps", "5", "--output_dir", output_dir]
+    first = run_train_subprocess(common + ["--max_steps", "10"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert os.path.isdir(os.path.join(output_dir, "checkpoint-10"))
+    second = run_train_subprocess(common + ["--max_steps", "15", "--resume_from_checkpoint", "auto"])
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert len(logged_losses(first.stdout + first.stderr)) == 2
+    assert len(logged_losses(second.stdout + second.stderr)) == 1, "steps 11-15 only: resumed, not restarted"
+    state = json.loads(Path(output_dir, "checkpoint-15", "trainer_state.json").read_text())
+    assert state["global_step"] == 15
+
+
+def test_two_process_cpu_run_logs_the_same_loss_scale(tmp_path):
+    args = TINY + ["--max_steps", "4", "--eval_steps", "4", "--save_steps", "4", "--logging_steps", "1",
+                   "--per_device_train_batch_size", "16", "--use_cpu", "--ddp_find_unused_parameters", "false"]
+    single = run_train_subprocess(args + ["--output_dir", str(tmp_path / "one"), "--per_device_train_batch_size", "32"])
+    assert single.returncode == 0, single.stderr[-3000:]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"]
+    double = run_train_subprocess(args + ["--output_dir", str(tmp_path / "two")], launcher=torchrun)
+    assert double.returncode == 0, double.stderr[-3000:]
+    assert "processes: 2, total train batch size: 32" in double.stdout + double.stderr, (
+        "two processes of 16 samples each must train one model together"
+    )
+    one, two = logged_losses(single.stdout + single.stderr), logged_losses(double.stdout + double.stderr)
+    assert one and two, "both runs log a training loss"
+    # 8 classes at init: ~ln 8 = 2.08; a loss summed over processes would read ~4.2
+    assert abs(two[0] - one[0]) < 0.5, f"1 process logged {one[0]}, 2 processes logged {two[0]}"
+    assert json.loads((tmp_path / "two" / "eval_results.json").read_text())["ood_test"]["accuracy"] >= 0
+
+
+def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
+    train = load_script("train")
+    task_args, model_args, _, training_args, preset = train.parse_arguments(
+        ["--preset", "ctl_cpu", "--learning_rate", "0.5", "--output_dir", str(tmp_path)]
+    )
+    assert training_args.learning_rate == 0.5, "a command-line flag overrides the preset"
+    assert model_args.hidden_size == preset["hidden_size"] and task_args.task == "ctl", "preset values are used"
+    assert training_args.metric_for_best_model == "ood_valid_accuracy"
+    paper = train.parse_arguments(["--preset", "listops_paper"])[3]
+    assert paper.learning_rate == 2e-4 and paper.lr_scheduler_type == "constant" and paper.warmup_steps == 0
+
+
+def test_bad_presets_are_refused_with_their_names(tmp_path):
+    train = load_script("train")
+    with pytest.raises(ValueError, match="no_such_preset"):
+        train.parse_arguments(["--preset", "no_such_preset"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: ctl\nhiden_size: 3\n")
+    with pytest.raises(ValueError, match="hiden_size"):
+        train.parse_arguments(["--preset", str(bad)])
+
+
+def test_balanced_sampler_draws_depths_uniformly():
+    from datasets import Dataset
+    from transformers import TrainingArguments
+
+    train = load_script("train")
+    depths = [1] * 10 + [2] * 90 + [5] * 900
+    dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2, 3]] * len(depths)})
+    model = NDRForSequenceClassification(train.NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8,
+                                                         num_hidden_layers=1, num_labels=2))
+    trainer = train.NDRTrainer(model=model, args=TrainingArguments(output_dir="unused", report_to="none", seed=3),
+                               train_dataset=dataset, balance_depths=True)
+    drawn = torch.tensor([depths[i] for i in trainer._get_train_sampler(dataset)])
+    shares = [(drawn == d).float().mean().item() for d in (1, 2, 5)]
+    assert all(abs(share - 1 / 3) < 0.07 for share in shares), f"depth shares {shares} should all be about 1/3"
