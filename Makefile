@@ -1,16 +1,17 @@
 # Two commands do all set-up on a fresh machine (they create .venv with the CPU build of torch):
-#   make demo   train NDR on CTL backward on this CPU (2 processes), print ood_test accuracy, export a hub-ready model
+#   make demo   train NDR on CTL on this CPU (2 processes), print ood_test accuracy, export a hub-ready model
 #   make test   run the test suite (what CI runs)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_CPU := torch==2.13.0
-DEMO_DIR ?= outputs/ctl_backward_cpu
-DEMO_DIRECTION ?= backward
+DEMO_DIRECTION ?= forward
+DEMO_DIR ?= outputs/ctl_$(DEMO_DIRECTION)_cpu
 NPROC ?= 2
+DEMO_ARGS ?=
 
-.PHONY: setup demo demo-forward test test-slow bench clean
+.PHONY: setup demo demo-backward test test-slow bench clean
 
 setup: $(STAMP)
 
@@ -26,10 +27,10 @@ demo: $(STAMP)
 	ACCELERATE_USE_CPU=true OMP_NUM_THREADS=1 $(BIN)/accelerate launch --multi_gpu --num_processes $(NPROC) \
 	    --num_machines 1 --mixed_precision no --dynamo_backend no \
 	    training/train.py --preset ctl_cpu --direction $(DEMO_DIRECTION) --use_cpu --ddp_find_unused_parameters false \
-	    --output_dir $(DEMO_DIR)
+	    --output_dir $(DEMO_DIR) $(DEMO_ARGS)
 
-demo-forward: $(STAMP)
-	$(MAKE) demo DEMO_DIR=outputs/ctl_forward_cpu DEMO_DIRECTION=forward
+demo-backward: $(STAMP)
+	$(MAKE) demo DEMO_DIRECTION=backward
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

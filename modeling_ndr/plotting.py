@@ -37,7 +37,7 @@ def plot_routing(model, tokenizer, text: str, num_steps: int | None = None, head
     if outputs.gates is not None and outputs.gates[0] is not None:
         gate_axis = figure.add_subplot(grid[0, :])
         gates = torch.stack(outputs.gates)[:, 0].mean(-1).float().cpu()  # (steps, seq)
-        image = gate_axis.imshow(gates.T, aspect="auto", vmin=0, vmax=1, cmap="viridis")
+        image = gate_axis.imshow(gates.T.numpy(), aspect="auto", vmin=0, vmax=1, cmap="viridis")
         gate_axis.set_yticks(range(len(tokens)), tokens)
         gate_axis.set_xticks(range(steps), [str(s + 1) for s in range(steps)])
         gate_axis.set_xlabel("step")
@@ -45,7 +45,7 @@ def plot_routing(model, tokenizer, text: str, num_steps: int | None = None, head
         figure.colorbar(image, ax=gate_axis)
     for step in range(steps):
         axis = figure.add_subplot(grid[1 + step // columns, step % columns])
-        axis.imshow(attentions[step].float().cpu(), vmin=0, vmax=1, cmap="Blues")
+        axis.imshow(attentions[step].float().cpu().numpy(), vmin=0, vmax=1, cmap="Blues")
         axis.set_title(f"step {step + 1}", fontsize=9)
         axis.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=7)
         axis.set_yticks(range(len(tokens)), tokens, fontsize=7)

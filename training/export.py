@@ -42,11 +42,18 @@ def depth_markdown_table(eval_results: dict) -> str:
     return "\n".join(lines)
 
 
+def default_model_name(run_config: dict) -> str:
+    """`ndr-<task>` (`ndr-ctl-<direction>` for CTL)."""
+    task = run_config.get("task", {})
+    name = task.get("task", "ctl")
+    return f"ndr-{name}-{task.get('direction') or 'forward'}" if name == "ctl" else f"ndr-{name}"
+
+
 def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) -> ModelCard:
     task = run_config.get("task", {})
     task_name = task.get("task", "ctl")
     direction = task.get("direction") or "forward"
-    dataset_name = f"ndr-{task_name}" + (f"-{direction}" if task_name == "ctl" else "")
+    dataset_name = default_model_name(run_config)
     results = [
         EvalResult(
             task_type="text-classification",
@@ -81,6 +88,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
     return ModelCard.from_template(
         card_data,
         template_path=TEMPLATE,
+        model_name=card_data.model_name,
         repo_id=repo_id,
         task_description=TASK_TITLES[task_name].format(direction=direction),
         num_steps=num_steps,
@@ -114,7 +122,7 @@ def export_model(
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir)  # weights, config with auto_map, and the modeling code
     tokenizer.save_pretrained(out_dir)
-    repo_id = repo_id or run_config.get("hub_model_id") or f"ndr/{os.path.basename(os.path.abspath(out_dir.rstrip('/')))}"
+    repo_id = repo_id or run_config.get("hub_model_id") or f"your-org/{default_model_name(run_config)}"
     build_model_card(model, eval_results, run_config, repo_id).save(os.path.join(out_dir, "README.md"))
     with open(os.path.join(out_dir, "eval_results.json"), "w") as f:
         json.dump(eval_results, f, indent=2)
