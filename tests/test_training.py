@@ -217,3 +217,20 @@ def test_balanced_sampler_draws_depths_uniformly():
     drawn = torch.tensor([depths[i] for i in trainer._get_train_sampler(dataset)])
     shares = [(drawn == d).float().mean().item() for d in (1, 2, 5)]
     assert all(abs(share - 1 / 3) < 0.07 for share in shares), f"depth shares {shares} should all be about 1/3"
+
+
+@pytest.mark.parametrize("preset", ["arithmetic_cpu", "listops_cpu", "arithmetic_paper", "listops_paper"])
+def test_every_task_preset_trains_evaluates_and_exports(preset, tmp_path):
+    train = load_script("train")
+    argv = ["--preset", preset, "--n_train", "300", "--n_eval", "20", "--hidden_size", "16",
+            "--intermediate_size", "16", "--num_attention_heads", "2", "--num_hidden_layers", "2", "--max_steps", "2",
+            "--per_device_train_batch_size", "8", "--eval_steps", "2", "--save_steps", "2", "--use_cpu", "true",
+            "--disable_tqdm", "true", "--report_to", "none", "--output_dir", str(tmp_path / preset)]
+    results = train.main(argv)
+    assert set(results) == {"iid_test", "ood_valid", "ood_test"}
+    config = json.loads((tmp_path / preset / "export" / "config.json").read_text())
+    task = preset.split("_")[0]
+    assert config["readout"] == ("first" if task == "listops" else "last")
+    assert config["id2label"]["9"] == "9"
+    if task == "listops":
+        assert config["eval_num_hidden_layers"] == 24, "ListOps evaluates with more steps than it trains with"
