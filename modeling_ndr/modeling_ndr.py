@@ -18,6 +18,7 @@ Tensor dimensions: b batch, h heads, n (i, j, k) sequence positions, d hidden si
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import nn
@@ -30,6 +31,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 from .configuration_ndr import NDRConfig
 
 
+@lru_cache(maxsize=64)  # called at every step with the same few (n, device): build the index tensors once
 def _closer_key_bounds(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """For each (query i, key j), the key range (q, p] that is closer to i than j, as indices into a cumsum with a
     leading zero (so the returned bounds are q + 1 and p + 1, both >= 0).

@@ -33,12 +33,13 @@ def _read_json(folder: str, name: str) -> dict | None:
     return None
 
 
-def depth_markdown_table(eval_results: dict) -> str:
+def results_table(eval_results: dict) -> str:
+    """Markdown table of each split's accuracy and its accuracy per depth (printed by train.py, used in the card)."""
     depths = sorted({int(d) for split in eval_results.values() for d in split["by_depth"]})
-    lines = ["| split | " + " | ".join(f"depth {d}" for d in depths) + " |", "|---|" + "---|" * len(depths)]
+    lines = ["| split | accuracy | " + " | ".join(f"depth {d}" for d in depths) + " |", "|---|---|" + "---|" * len(depths)]
     for split, values in eval_results.items():
         cells = [f"{values['by_depth'][str(d)]:.3f}" if str(d) in values["by_depth"] else "" for d in depths]
-        lines.append(f"| {split} | " + " | ".join(cells) + " |")
+        lines.append(f"| {split} | {values['accuracy']:.4f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -93,7 +94,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         task_description=TASK_TITLES[task_name].format(direction=direction),
         num_steps=num_steps,
         split_rows=split_rows,
-        depth_table=depth_markdown_table(eval_results),
+        depth_table=results_table(eval_results),
         task_call=task_call,
         task_seed=task.get("task_seed", 0),
         preset=run_config.get("preset") or "none (command-line arguments)",

@@ -34,7 +34,7 @@ import modeling_ndr
 from modeling_ndr import NDRConfig, NDRForSequenceClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import export_model  # noqa: E402
+from export import export_model, results_table  # noqa: E402
 
 logger = logging.getLogger("ndr.train")
 CONFIGURATION_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configuration")
@@ -186,16 +186,6 @@ def build_datasets(task_args: TaskArguments, tokenizer, training_args: TrainingA
     return data
 
 
-def format_results_table(results: dict) -> str:
-    depths = sorted({int(d) for split in results.values() for d in split["by_depth"]})
-    header = f"{'split':<10} {'accuracy':>8}  " + " ".join(f"{'d=' + str(d):>6}" for d in depths)
-    rows = [header, "-" * len(header)]
-    for split, values in results.items():
-        cells = [f"{values['by_depth'][str(d)]:>6.3f}" if str(d) in values["by_depth"] else f"{'':>6}" for d in depths]
-        rows.append(f"{split:<10} {values['accuracy']:>8.4f}  " + " ".join(cells))
-    return "\n".join(rows)
-
-
 def evaluate_splits(trainer: Trainer, data) -> dict:
     """`{split: {"accuracy": a, "by_depth": {depth: a}}}` for every evaluation split."""
     results = {}
@@ -259,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
     if training_args.should_save:
         with open(os.path.join(training_args.output_dir, "eval_results.json"), "w") as f:
             json.dump(results, f, indent=2)
-        print("\n" + format_results_table(results) + "\n")
+        print("\n" + results_table(results) + "\n")
         export_dir = run_args.export_dir or os.path.join(training_args.output_dir, "export")
         trainer.save_model(training_args.output_dir)  # the selected (best) model
         export_model(training_args.output_dir, export_dir, eval_results=results, run_config=run_config)
