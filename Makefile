@@ -11,7 +11,7 @@ DEMO_DIR ?= outputs/ctl_$(DEMO_DIRECTION)_cpu
 NPROC ?= 2
 DEMO_ARGS ?=
 
-.PHONY: setup demo demo-backward demo-backward-long test test-slow bench clean
+.PHONY: setup demo demo-backward demo-backward-long test test-slow lint bench clean
 
 setup: $(STAMP)
 
@@ -38,8 +38,13 @@ demo-backward: $(STAMP)
 demo-backward-long: $(STAMP)
 	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_cpu_long DEMO_DIR=outputs/ctl_backward_cpu_long
 
-test: $(STAMP)
+# what CI runs (.ci/run): the linter, then the test suite
+test: lint
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -72,8 +72,10 @@ def main():
                 times[name].append(elapsed)
 
     medians = {name: statistics.median(values) for name, values in times.items()}
-    print(f"device={device} threads={torch.get_num_threads()} batch={args.batch} heads={args.heads} "
-          f"seq={args.seq} head_size={args.head_size} repeats={args.repeats} (forward+backward, median)")
+    print(
+        f"device={device} threads={torch.get_num_threads()} batch={args.batch} heads={args.heads} "
+        f"seq={args.seq} head_size={args.head_size} repeats={args.repeats} (forward+backward, median)"
+    )
     for name, median in medians.items():
         print(f"  {name:<10} {median * 1000:9.2f} ms")
     print(f"  ratio geometric / sdpa: {medians['geometric'] / medians['sdpa']:.2f}x")

@@ -19,20 +19,21 @@ import time
 
 from huggingface_hub import DatasetCardData
 
+
 try:
-    import modeling_ndr
+    import modeling_ndr  # noqa: F401  (is the package importable?)
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import modeling_ndr
 
 from modeling_ndr import ctl_tables, load_task, task_label_names, task_readout
 from modeling_ndr.tasks import GENERATOR_VERSION, SPLIT_NAMES
+
 
 SPLIT_PURPOSE = {
     "train": "training",
     "iid_test": "held-out samples from train's distribution",
     "ood_valid": "deeper than train; used to select checkpoints",
-    "ood_test": "deeper still; the paper's generalisation (\"longer\") number",
+    "ood_test": 'deeper still; the paper\'s generalisation ("longer") number',
 }
 
 TASK_TEXT = {
@@ -184,7 +185,7 @@ def write_card(task: str, seed: int, variants: dict, out_dir: str) -> str:
         pretty_name=text["pretty_name"],
         configs=configs,
     )
-    options = ", direction=\"forward\"" if task == "ctl" else ""
+    options = ', direction="forward"' if task == "ctl" else ""
     label_names = task_label_names(task)
     body = [
         f"# {text['pretty_name']}",
@@ -199,8 +200,8 @@ def write_card(task: str, seed: int, variants: dict, out_dir: str) -> str:
         "```python",
         "from modeling_ndr import load_task, task_tokenizer",
         "",
-        f"dataset = load_task(\"{task}\", seed={seed}{options})  # DatasetDict: train, iid_test, ood_valid, ood_test",
-        f"tokenizer = task_tokenizer(\"{task}\")  # word level, [BOS] ... [EOS]",
+        f'dataset = load_task("{task}", seed={seed}{options})  # DatasetDict: train, iid_test, ood_valid, ood_test',
+        f'tokenizer = task_tokenizer("{task}")  # word level, [BOS] ... [EOS]',
         "```",
         "",
         "`load_task` regenerates the data deterministically from the seed (the same seed gives the same rows in "
@@ -268,8 +269,10 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "datasets"))
     parser.add_argument(
-        "--cache-dir", default=None, help="datasets cache to keep (default: a fresh temporary one per task, so the "
-        "times are generation times; with a warm cache they are load times)"
+        "--cache-dir",
+        default=None,
+        help="datasets cache to keep (default: a fresh temporary one per task, so the "
+        "times are generation times; with a warm cache they are load times)",
     )
     parser.add_argument("--n-train", type=int, default=None, help="smaller train splits, for a quick dry run")
     parser.add_argument("--n-eval", type=int, default=None, help="smaller evaluation splits, for a quick dry run")

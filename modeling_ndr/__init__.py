@@ -3,7 +3,13 @@
 Importing this package registers `NDRConfig` and the NDR models with `AutoConfig`, `AutoModel` and
 `AutoModelForSequenceClassification`, and makes `save_pretrained` write an `auto_map` (plus the modeling code) so a
 saved model also loads with `trust_remote_code=True` where this package is not installed.
+
+The package holds what a hub model folder holds (configuration, modeling, tokenization) and its registration; the
+paper's tasks (`modeling_ndr.tasks`, which needs `datasets`) and the routing plot (`modeling_ndr.plotting`, which needs
+matplotlib) are imported only when one of their names is used, so `import modeling_ndr` imports neither.
 """
+
+import importlib
 
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
@@ -16,10 +22,10 @@ from .modeling_ndr import (
     NDRSequenceClassifierOutput,
     geometric_attention_weights,
 )
-from .tasks import TASK_NAMES, ctl_tables, load_task, task_label_names, task_readout, task_vocabulary
-from .tokenization_ndr import build_tokenizer, task_tokenizer
+from .tokenization_ndr import build_tokenizer
 
-__version__ = "0.1.0"
+
+__version__ = "0.2.0"
 
 AutoConfig.register("ndr", NDRConfig)
 AutoModel.register(NDRConfig, NDRModel)
@@ -27,6 +33,29 @@ AutoModelForSequenceClassification.register(NDRConfig, NDRForSequenceClassificat
 NDRConfig.register_for_auto_class()
 NDRModel.register_for_auto_class("AutoModel")
 NDRForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+
+# name -> submodule, imported on first use (PEP 562)
+_LAZY_NAMES = {
+    "TASK_NAMES": "tasks",
+    "load_task": "tasks",
+    "ctl_tables": "tasks",
+    "task_label_names": "tasks",
+    "task_readout": "tasks",
+    "task_vocabulary": "tasks",
+    "task_tokenizer": "tasks",
+    "plot_routing": "plotting",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY_NAMES:
+        return getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_NAMES))
+
 
 __all__ = [
     "NDRConfig",
@@ -36,12 +65,6 @@ __all__ = [
     "NDRModelOutput",
     "NDRSequenceClassifierOutput",
     "geometric_attention_weights",
-    "TASK_NAMES",
-    "load_task",
-    "ctl_tables",
-    "task_label_names",
-    "task_readout",
-    "task_vocabulary",
     "build_tokenizer",
-    "task_tokenizer",
+    *_LAZY_NAMES,
 ]

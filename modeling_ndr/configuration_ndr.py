@@ -1,7 +1,13 @@
 """Configuration of the Neural Data Router (Csordás, Irie & Schmidhuber, ICLR 2022)."""
 
+import math
+import numbers
+from dataclasses import dataclass
+
 from transformers import PreTrainedConfig
 
+
+# Every allowed value of every choice-valued field is listed here and only here; the model keys its classes by them.
 ATTENTION_TYPES = ("geometric",)
 READOUTS = ("first", "last")
 # Written into every saved config so that `trust_remote_code=True` can build any of the three auto classes from a
@@ -13,10 +19,114 @@ AUTO_MAP = {
 }
 
 
+def as_python_scalar(value):
+    """numpy and 0-d torch scalars as the Python `bool`/`int`/`float` they hold (so configs stay JSON-serialisable);
+    anything else unchanged."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    if type(value).__name__ == "Tensor" and hasattr(value, "item") and value.dim() == 0:
+        return value.item()
+    return value
+
+
+# --------------------------------------------------------------------------------- declarative field validation
+
+
+@dataclass(frozen=True)
+class Integer:
+    """An `int` (not a `bool`) of at least `minimum`; `None` too if `optional`."""
+
+    minimum: int = 1
+    optional: bool = False
+
+    def problem(self, value) -> str | None:
+        if value is None and self.optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+            return f"expected {'None or ' if self.optional else ''}an integer >= {self.minimum}"
+        return None
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite real number (not a `bool`) in `[minimum, maximum]`, or `[minimum, maximum)` if `below_maximum`."""
+
+    minimum: float = -math.inf
+    maximum: float = math.inf
+    below_maximum: bool = False
+    above_minimum: bool = False
+
+    def problem(self, value) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            return "expected a finite number"
+        too_low = value <= self.minimum if self.above_minimum else value < self.minimum
+        too_high = value >= self.maximum if self.below_maximum else value > self.maximum
+        if too_low or too_high:
+            low = "(" if self.above_minimum else "["
+            high = ")" if self.below_maximum else "]"
+            return f"expected a number in {low}{self.minimum:g}, {self.maximum:g}{high}"
+        return None
+
+
+@dataclass(frozen=True)
+class Flag:
+    def problem(self, value) -> str | None:
+        return None if isinstance(value, bool) else "expected True or False"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    values: tuple
+
+    def problem(self, value) -> str | None:
+        return None if isinstance(value, str) and value in self.values else f"expected one of {self.values}"
+
+
+PROBABILITY = Number(0.0, 1.0, below_maximum=True)
+
+# The NDR's own fields and what each accepts; checked when a field is set, and all together by `validate()`.
+FIELD_RULES = {
+    "vocab_size": Integer(1),
+    "hidden_size": Integer(1),
+    "intermediate_size": Integer(1),
+    "num_attention_heads": Integer(1),
+    "num_hidden_layers": Integer(1),
+    "eval_num_hidden_layers": Integer(1, optional=True),
+    "hidden_dropout_prob": PROBABILITY,
+    "attention_dropout": PROBABILITY,
+    "gate_dropout": PROBABILITY,
+    "gate_bias_init": Number(),
+    "copy_gate": Flag(),
+    "attention_type": OneOf(ATTENTION_TYPES),
+    "normalize_attention": Flag(),
+    "readout": OneOf(READOUTS),
+    "layer_norm_eps": Number(0.0, above_minimum=True),
+    "initializer_range": Number(0.0),
+    "output_gates": Flag(),
+}
+
+
+def field_error(field: str, value, problem: str) -> ValueError:
+    return ValueError(f"NDRConfig.{field}={value!r} is invalid: {problem}.")
+
+
+def check_field(field: str, value):
+    """`value` as a plain Python scalar if `field` accepts it, else a `ValueError` that names the field."""
+    value = as_python_scalar(value)
+    rule = FIELD_RULES.get(field)
+    if rule is not None and (problem := rule.problem(value)) is not None:
+        raise field_error(field, value, problem)
+    return value
+
+
 class NDRConfig(PreTrainedConfig):
     r"""
     Configuration of an [`NDRModel`]: one Transformer layer with geometric attention and a copy gate, applied
     `num_hidden_layers` times with shared weights (Universal-Transformer style).
+
+    Every field is checked when it is set (also after construction and by `from_pretrained(..., field=value)`), and
+    all fields together by `validate()`, which runs when a model is built and when the config is saved; a bad value
+    raises a `ValueError` that names the field. numpy and 0-d torch scalars are accepted and stored as Python numbers.
 
     Args:
         vocab_size (`int`, *optional*, defaults to 16):
@@ -52,6 +162,8 @@ class NDRConfig(PreTrainedConfig):
             Epsilon of the layer norms.
         initializer_range (`float`, *optional*, defaults to 0.02):
             Standard deviation of the classifier's weight init.
+        output_gates (`bool`, *optional*, defaults to `False`):
+            Return every step's copy gate (like `output_attentions` / `output_hidden_states`).
     """
 
     model_type = "ndr"
@@ -74,6 +186,7 @@ class NDRConfig(PreTrainedConfig):
         readout="last",
         layer_norm_eps=1e-5,
         initializer_range=0.02,
+        output_gates=False,
         pad_token_id=0,
         bos_token_id=2,
         eos_token_id=3,
@@ -95,40 +208,31 @@ class NDRConfig(PreTrainedConfig):
         self.readout = readout
         self.layer_norm_eps = layer_norm_eps
         self.initializer_range = initializer_range
+        self.output_gates = output_gates
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
-        self._validate_ndr()
+        self.validate()
 
-    def _validate_ndr(self):
-        """Raise a `ValueError` that names the field for any value the model cannot run with."""
+    def __setattr__(self, name, value):
+        super().__setattr__(name, check_field(name, value))
 
-        def fail(field, allowed):
-            raise ValueError(f"NDRConfig.{field}={getattr(self, field)!r} is invalid: {allowed}.")
+    def validate(self):
+        """Check every field and the rules between fields; raise a `ValueError` naming the field(s).
 
-        for field in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers"):
+        Runs at construction, when a model is built from this config and when it is saved, so a config changed
+        after construction cannot reach a model or a `config.json` unchecked."""
+        super().validate()
+        for field in FIELD_RULES:
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                fail(field, "expected an integer >= 1")
-        steps = self.eval_num_hidden_layers
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-            fail("eval_num_hidden_layers", "expected None or an integer >= 1")
+            if (problem := FIELD_RULES[field].problem(value)) is not None:
+                raise field_error(field, value, problem)
         if self.hidden_size % self.num_attention_heads != 0:
-            fail("hidden_size", f"must be divisible by num_attention_heads={self.num_attention_heads}")
-        for field in ("hidden_dropout_prob", "attention_dropout", "gate_dropout"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                fail(field, "expected a probability in [0, 1)")
-        if self.attention_type not in ATTENTION_TYPES:
-            fail("attention_type", f"expected one of {ATTENTION_TYPES}")
-        if self.readout not in READOUTS:
-            fail("readout", f"expected one of {READOUTS}")
-        for field in ("copy_gate", "normalize_attention"):
-            if not isinstance(getattr(self, field), bool):
-                fail(field, "expected True or False")
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
-            fail("layer_norm_eps", "expected a number > 0")
-        if not isinstance(self.gate_bias_init, (int, float)):
-            fail("gate_bias_init", "expected a number")
+            raise field_error(
+                "hidden_size", self.hidden_size, f"must be divisible by num_attention_heads={self.num_attention_heads}"
+            )
+        num_labels = self.num_labels
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+            raise field_error("num_labels", num_labels, "expected an integer >= 1")
 
 
 __all__ = ["NDRConfig"]

@@ -27,8 +27,9 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_ndr import NDRConfig
+from .configuration_ndr import NDRConfig, as_python_scalar
 
 
 @lru_cache(maxsize=64)  # called at every step with the same few (n, device): build the index tensors once
@@ -54,7 +55,8 @@ def geometric_attention_weights(logits: torch.Tensor, attention_mask: torch.Tens
     if no key closer to i matched: `A_ij = P_ij * prod_{k closer than j} (1 - P_ik)`.
 
     The product is computed in log space with one cumulative sum over keys (O(n^2), no loop over positions), in
-    float32 also under autocast (float64 logits stay float64, e.g. for `gradcheck`). Rows are not normalised: `sum_j A_ij <= 1`, the missing mass means "no match".
+    float32 also under autocast (float64 logits stay float64, e.g. for `gradcheck`). Rows are not normalised:
+    `sum_j A_ij <= 1`, the missing mass means "no match".
 
     Args:
         logits (`torch.Tensor` of shape `(batch, heads, seq, seq)`):
@@ -201,17 +203,14 @@ class NDRLayer(GradientCheckpointingLayer):
         else:
             self.feed_forward = NDRFeedForward(config)
 
-    def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        attended, weights = self.attention(hidden_states, attention_mask)
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        attended, _ = self.attention(hidden_states, attention_mask)  # the weights are recorded by a hook if asked for
         mixed = self.attention_layer_norm(hidden_states + self.dropout(attended))
         if not hasattr(self, "copy_gate"):
-            return self.feed_forward(mixed), weights, None
+            return self.feed_forward(mixed)
         update = self.update(mixed)
-        gate = self.copy_gate(mixed)
-        hidden_states = gate * update + (1 - gate) * hidden_states
-        return hidden_states, weights, gate
+        gate = self.copy_gate(mixed)  # (b, n, d); recorded by a hook if asked for
+        return gate * update + (1 - gate) * hidden_states
 
 
 @dataclass
@@ -259,6 +258,17 @@ class NDRPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["NDRLayer"]
     _supports_sdpa = False
     accepts_loss_kwargs = False
+    # Per-step outputs are recorded by forward hooks (transformers' `capture_outputs`): the one shared layer is called
+    # once per step, so each hook fires once per step and every tuple has one entry per step.
+    _can_record_outputs = {
+        "hidden_states": NDRLayer,
+        "attentions": OutputRecorder(NDRGeometricAttention, index=1),
+        "gates": OutputRecorder(NDRCopyGate, index=0),
+    }
+
+    def __init__(self, config: NDRConfig, *inputs, **kwargs):
+        config.validate()  # the config may have been changed since it was built
+        super().__init__(config, *inputs, **kwargs)
 
     def _feed_forward_init(self) -> dict[nn.Linear, tuple[float, float]]:
         """(xavier gain, bias value) of every feed-forward and gate layer. Looked up from the leaf `nn.Linear`
@@ -294,6 +304,46 @@ class NDRPreTrainedModel(PreTrainedModel):
             init.constant_(module.bias, bias)
 
 
+def check_inputs(input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
+    """Check what `forward` was given; returns (batch, seq). Errors name the argument and what was expected."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
+    if input_ids is not None:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}.")
+        batch, seq = input_ids.shape
+    else:
+        if inputs_embeds.dim() != 3:
+            raise ValueError(f"inputs_embeds must have shape (batch, seq, hidden), got {tuple(inputs_embeds.shape)}.")
+        batch, seq = inputs_embeds.shape[:2]
+    if seq == 0:
+        raise ValueError(
+            "The inputs have sequence length 0: every sequence needs at least one token ([BOS] ... [EOS])."
+        )
+    if attention_mask is not None:
+        if tuple(attention_mask.shape) != (batch, seq):
+            raise ValueError(
+                f"attention_mask must have shape (batch, seq) = {(batch, seq)} like the inputs (1 for tokens, 0 for "
+                f"padding), got {tuple(attention_mask.shape)}."
+            )
+        if not torch.compiler.is_compiling() and not ((attention_mask == 0) | (attention_mask == 1)).all():
+            values = sorted(set(attention_mask.unique().tolist()) - {0, 1})[:5]
+            raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (token); found {values}.")
+    return batch, seq
+
+
+def resolve_num_steps(num_steps, config: NDRConfig, training: bool) -> int:
+    """The number of steps to run: `num_steps` if given, else the training or evaluation step count of `config`."""
+    if num_steps is None:
+        num_steps = config.num_hidden_layers
+        if not training and config.eval_num_hidden_layers is not None:
+            num_steps = config.eval_num_hidden_layers
+    num_steps = as_python_scalar(num_steps)
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps={num_steps!r} is invalid: expected an integer >= 1.")
+    return num_steps
+
+
 class NDRModel(NDRPreTrainedModel):
     """The NDR encoder: token embeddings (no positional embedding) and one shared layer applied step after step."""
 
@@ -309,7 +359,7 @@ class NDRModel(NDRPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.embeddings = value
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -319,7 +369,6 @@ class NDRModel(NDRPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         output_gates: bool | None = None,
-        **kwargs,
     ) -> NDRModelOutput:
         r"""
         Args:
@@ -329,39 +378,15 @@ class NDRModel(NDRPreTrainedModel):
             num_steps (`int`, *optional*): how often to apply the layer; defaults to `config.num_hidden_layers`
                 in training and to `config.eval_num_hidden_layers` (if set) otherwise.
             output_attentions / output_hidden_states / output_gates (`bool`, *optional*): return every step's
-                attention weights / states / copy gates.
+                attention weights / states / copy gates; default to the config's values of the same name.
+            return_dict (`bool`, *optional*): a tuple instead of an [`NDRModelOutput`] if `False`.
         """
-        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        if num_steps is None:
-            num_steps = self.config.num_hidden_layers
-            if not self.training and self.config.eval_num_hidden_layers is not None:
-                num_steps = self.config.eval_num_hidden_layers
-        if not isinstance(num_steps, int) or num_steps < 1:
-            raise ValueError(f"num_steps={num_steps!r} is invalid: expected an integer >= 1.")
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
+        check_inputs(input_ids, attention_mask, inputs_embeds)
+        num_steps = resolve_num_steps(num_steps, self.config, self.training)
         hidden_states = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, d)
-
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        all_gates = () if output_gates else None
         for _ in range(num_steps):
-            hidden_states, weights, gate = self.layer(hidden_states, attention_mask)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
-            if output_gates:
-                all_gates += (gate,)
-        return NDRModelOutput(
-            last_hidden_state=hidden_states,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
-            gates=all_gates,
-        )
+            hidden_states = self.layer(hidden_states, attention_mask)
+        return NDRModelOutput(last_hidden_state=hidden_states)
 
 
 def readout_positions(attention_mask: torch.Tensor, readout: str) -> torch.LongTensor:
@@ -401,7 +426,6 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         output_gates: bool | None = None,
-        **kwargs,
     ) -> NDRSequenceClassifierOutput:
         r"""
         Args:
@@ -409,24 +433,35 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
                 follows `config.problem_type` (single-label, multi-label or regression) as in other HF models.
             Other arguments as in [`NDRModel.forward`].
         """
+        batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
+        device = (input_ids if input_ids is not None else inputs_embeds).device
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, seq, dtype=torch.long, device=device)
+        elif not torch.compiler.is_compiling():
+            empty_rows = (attention_mask == 0).all(dim=-1)  # (b,)
+            if empty_rows.any():
+                rows = empty_rows.nonzero().flatten().tolist()[:8]
+                raise ValueError(f"attention_mask rows {rows} hold no token: there is no column to classify from.")
+        flags = {
+            "output_attentions": output_attentions,
+            "output_hidden_states": output_hidden_states,
+            "output_gates": output_gates,
+        }
         outputs = self.ndr(
             input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             num_steps=num_steps,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            output_gates=output_gates,
             return_dict=True,
+            **{name: value for name, value in flags.items() if value is not None},  # None: the config decides
         )
         states = outputs.last_hidden_state  # (b, n, d)
-        if attention_mask is None:
-            attention_mask = torch.ones(states.shape[:2], dtype=torch.long, device=states.device)
         positions = readout_positions(attention_mask, self.config.readout)  # (b,)
-        logits = self.classifier(states[torch.arange(states.shape[0], device=states.device), positions])
+        logits = self.classifier(states[torch.arange(batch, device=states.device), positions])
 
         loss = None
         if labels is not None:
+            check_labels(labels, self.config)
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return NDRSequenceClassifierOutput(
             loss=loss,
@@ -434,6 +469,22 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             gates=outputs.gates,
+        )
+
+
+def check_labels(labels: torch.Tensor, config: NDRConfig) -> None:
+    """Single-label targets must be class ids in [0, num_labels) (torch's own message does not say which)."""
+    single_label = config.problem_type == "single_label_classification" or (
+        config.problem_type is None and config.num_labels > 1 and labels.dtype in (torch.long, torch.int)
+    )
+    if not single_label or torch.compiler.is_compiling():
+        return
+    bad = (labels < 0) | (labels >= config.num_labels)
+    if bad.any():
+        values = sorted(set(labels[bad].tolist()))[:8]
+        raise ValueError(
+            f"labels {values} are out of range: this model has num_labels={config.num_labels} (ids 0 to "
+            f"{config.num_labels - 1}, {dict(list(config.id2label.items())[:10])})."
         )
 
 

@@ -34,7 +34,7 @@ def plot_routing(model, tokenizer, text: str, num_steps: int | None = None, head
     rows = 1 + -(-steps // columns)
     figure = plt.figure(figsize=(2.6 * columns, 2.6 * rows), constrained_layout=True)
     grid = figure.add_gridspec(rows, columns)
-    if outputs.gates is not None and outputs.gates[0] is not None:
+    if outputs.gates:  # empty for variants without a copy gate
         gate_axis = figure.add_subplot(grid[0, :])
         gates = torch.stack(outputs.gates)[:, 0].mean(-1).float().cpu()  # (steps, seq)
         image = gate_axis.imshow(gates.T.numpy(), aspect="auto", vmin=0, vmax=1, cmap="viridis")

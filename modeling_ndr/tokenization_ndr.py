@@ -9,16 +9,18 @@ only `input_ids` and `attention_mask` (no `token_type_ids`), which is what the m
 
 import json
 import os
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from .tasks import task_vocabulary
 
 PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, EOS_TOKEN = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
 PAD_TOKEN_ID, UNK_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, EOS_TOKEN)
+# The model has no length limit of its own (no position table); attention memory grows with the square of the length,
+# and inputs up to this length are tested. `truncation=True` cuts here.
+DEFAULT_MODEL_MAX_LENGTH = 512
 
 
 class NDRTokenizerFast(PreTrainedTokenizerFast):
@@ -41,7 +43,9 @@ class NDRTokenizerFast(PreTrainedTokenizerFast):
 
 
 def build_tokenizer(
-    texts: Optional[Iterable[str]] = None, vocabulary: Optional[Iterable[str]] = None
+    texts: Iterable[str] | None = None,
+    vocabulary: Iterable[str] | None = None,
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
 ) -> PreTrainedTokenizerFast:
     """A word-level tokenizer for your own task.
 
@@ -49,6 +53,8 @@ def build_tokenizer(
         texts (`Iterable[str]`, *optional*): lines of space-separated tokens (e.g. a dataset's `text` column); every
             token in them gets an id.
         vocabulary (`Iterable[str]`, *optional*): tokens to include in this order (e.g. `task_vocabulary(name)`).
+        model_max_length (`int`, *optional*, defaults to 512): the length (special tokens included) at which
+            `truncation=True` cuts.
 
     Returns:
         `PreTrainedTokenizerFast` with ids `[PAD]`=0, `[UNK]`=1, `[BOS]`=2, `[EOS]`=3, then `vocabulary` in its order,
@@ -57,10 +63,22 @@ def build_tokenizer(
     """
     if texts is None and vocabulary is None:
         raise ValueError("build_tokenizer needs texts, a vocabulary, or both")
-    tokens = list(dict.fromkeys(token for token in (vocabulary or ()) if token not in SPECIAL_TOKENS))
+    for argument, value in (("texts", texts), ("vocabulary", vocabulary)):
+        if isinstance(value, (str, bytes)):
+            raise ValueError(
+                f"{argument} must be an iterable of {'lines' if argument == 'texts' else 'tokens'}, "
+                f"not one string: {value[:40]!r}"
+            )
+    if isinstance(model_max_length, bool) or not isinstance(model_max_length, int) or model_max_length < 3:
+        raise ValueError(
+            f"model_max_length must be an integer >= 3 ([BOS], one token, [EOS]), got {model_max_length!r}"
+        )
+    vocabulary = list(vocabulary or ())
+    _check_strings("vocabulary", vocabulary)
+    tokens = list(dict.fromkeys(token for token in vocabulary if token not in SPECIAL_TOKENS))
     if texts is not None:
-        if isinstance(texts, str):
-            raise ValueError("texts must be an iterable of lines, not one string")
+        texts = list(texts)
+        _check_strings("texts", texts)
         known = set(tokens) | set(SPECIAL_TOKENS)
         tokens += sorted({token for text in texts for token in text.split()} - known)
     for token in tokens:
@@ -82,9 +100,11 @@ def build_tokenizer(
         pad_token=PAD_TOKEN,
         unk_token=UNK_TOKEN,
         model_input_names=["input_ids", "attention_mask"],
+        model_max_length=model_max_length,
     )
 
 
-def task_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """The tokenizer of one of the paper's tasks (`"ctl"`, `"arithmetic"`, `"listops"`), from its fixed symbols."""
-    return build_tokenizer(vocabulary=task_vocabulary(name))
+def _check_strings(argument: str, values: list) -> None:
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            raise ValueError(f"{argument}[{index}] is {value!r} ({type(value).__name__}); expected a string")

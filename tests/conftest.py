@@ -4,6 +4,7 @@ any HF import: every hub id resolves from a private offline cache that the tests
 import os
 import tempfile
 
+
 _HF_HOME = tempfile.mkdtemp(prefix="ndr-tests-hf-home-")
 os.environ["HF_HOME"] = _HF_HOME
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -12,6 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 

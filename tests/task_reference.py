@@ -5,7 +5,7 @@ Each `evaluate_*` parses one line of text and returns `(label, depth)`. They sha
 re-computes every generated label and depth with them checks the generator against a second implementation.
 """
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def evaluate_ctl(text: str, tables: dict[str, Sequence[int]]) -> tuple[int, int]:
@@ -41,7 +41,7 @@ class _Tokens:
 
     def expect_end(self) -> None:
         if self.position != len(self.tokens):
-            raise ValueError(f"trailing tokens: {self.tokens[self.position:]}")
+            raise ValueError(f"trailing tokens: {self.tokens[self.position :]}")
 
 
 def evaluate_arithmetic(text: str) -> tuple[int, int]:

@@ -9,11 +9,12 @@ import textwrap
 
 import pytest
 import torch
+from hub_cache import install_in_hub_cache
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
-from hub_cache import install_in_hub_cache
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel, geometric_attention_weights
+
 
 BATCH, SEQ, VOCAB = 13, 7, 12
 
@@ -324,7 +325,9 @@ def test_save_and_reload_gives_identical_outputs(tmp_path):
     assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForSequenceClassification"}
     reloaded = NDRForSequenceClassification.from_pretrained(tmp_path).eval()
     input_ids, mask = random_batch()
-    torch.testing.assert_close(reloaded(input_ids, attention_mask=mask).logits, model(input_ids, attention_mask=mask).logits)
+    torch.testing.assert_close(
+        reloaded(input_ids, attention_mask=mask).logits, model(input_ids, attention_mask=mask).logits
+    )
 
 
 def test_auto_classes_load_hub_ids_from_the_offline_cache(tmp_path, hf_home, monkeypatch):
@@ -339,7 +342,9 @@ def test_auto_classes_load_hub_ids_from_the_offline_cache(tmp_path, hf_home, mon
     encoder = AutoModel.from_pretrained("org/ndr-tiny").eval()
     assert isinstance(encoder, NDRModel)
     input_ids, mask = random_batch()
-    torch.testing.assert_close(classifier(input_ids, attention_mask=mask).logits, model(input_ids, attention_mask=mask).logits)
+    torch.testing.assert_close(
+        classifier(input_ids, attention_mask=mask).logits, model(input_ids, attention_mask=mask).logits
+    )
     torch.testing.assert_close(
         encoder(input_ids, attention_mask=mask).last_hidden_state,
         model.ndr(input_ids, attention_mask=mask).last_hidden_state,

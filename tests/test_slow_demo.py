@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -19,8 +20,9 @@ def test_cpu_demo_generalizes_to_deeper_ctl(tmp_path):
         "--ddp_find_unused_parameters", "false", "--disable_tqdm", "true", "--report_to", "none",
         "--output_dir", str(tmp_path / "demo"),
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=3600,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=REPO)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=3600, env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=REPO
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "demo" / "eval_results.json").read_text())
     assert results["iid_test"]["accuracy"] >= 0.99, results

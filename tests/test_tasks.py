@@ -16,6 +16,7 @@ import pytest
 
 from modeling_ndr import TASK_NAMES, ctl_tables, load_task, task_label_names, task_readout, task_vocabulary
 
+
 try:
     from .task_reference import evaluate_arithmetic, evaluate_ctl, evaluate_listops
 except ImportError:  # tests/ is not a package: pytest put this folder on sys.path

@@ -6,8 +6,9 @@ import json
 import pytest
 from transformers import AutoTokenizer, DataCollatorWithPadding
 
-from modeling_ndr import NDRForSequenceClassification, TASK_NAMES, build_tokenizer, task_tokenizer, task_vocabulary
+from modeling_ndr import TASK_NAMES, NDRForSequenceClassification, build_tokenizer, task_tokenizer, task_vocabulary
 from modeling_ndr.tokenization_ndr import BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, UNK_TOKEN_ID
+
 
 EXAMPLES = {
     "ctl": ["101 d a b", "b a d 101", "000 i"],
@@ -19,12 +20,16 @@ EXAMPLES = {
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_special_tokens_have_the_ids_the_model_config_uses(task):
     tokenizer = task_tokenizer(task)
-    assert (tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (
-        PAD_TOKEN_ID,
-        UNK_TOKEN_ID,
-        BOS_TOKEN_ID,
-        EOS_TOKEN_ID,
-    ) == (0, 1, 2, 3), "pad 0 / unk 1 / bos 2 / eos 3 match NDRConfig's defaults"
+    assert (
+        (tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
+        == (
+            PAD_TOKEN_ID,
+            UNK_TOKEN_ID,
+            BOS_TOKEN_ID,
+            EOS_TOKEN_ID,
+        )
+        == (0, 1, 2, 3)
+    ), "pad 0 / unk 1 / bos 2 / eos 3 match NDRConfig's defaults"
     assert len(tokenizer) == 4 + len(task_vocabulary(task)), "four special tokens plus the task's symbols"
 
 

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_cache import install_in_hub_cache
 from huggingface_hub import ModelCard
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
-from hub_cache import install_in_hub_cache
 from modeling_ndr import NDRForSequenceClassification, NDRModel
+
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "training" / "train.py"
@@ -39,8 +40,22 @@ def trained_run(tmp_path_factory):
     """One short in-process run: 24 steps, evaluation and saving every 8."""
     output_dir = tmp_path_factory.mktemp("run") / "ctl"
     train = load_script("train")
-    argv = TINY + ["--max_steps", "24", "--eval_steps", "8", "--save_steps", "8", "--logging_steps", "4",
-                   "--save_total_limit", "5", "--report_to", "tensorboard", "--output_dir", str(output_dir)]
+    argv = TINY + [
+        "--max_steps",
+        "24",
+        "--eval_steps",
+        "8",
+        "--save_steps",
+        "8",
+        "--logging_steps",
+        "4",
+        "--save_total_limit",
+        "5",
+        "--report_to",
+        "tensorboard",
+        "--output_dir",
+        str(output_dir),
+    ]
     results = train.main(argv)
     return output_dir, results
 
@@ -71,7 +86,9 @@ def test_eval_results_cover_every_split_by_depth(trained_run):
 def test_best_checkpoint_is_selected_on_ood_valid_latest_on_ties(trained_run):
     output_dir, results = trained_run
     state = json.loads((output_dir / "checkpoint-24" / "trainer_state.json").read_text())
-    evaluations = [(e["step"], e["eval_ood_valid_accuracy"]) for e in state["log_history"] if "eval_ood_valid_accuracy" in e]
+    evaluations = [
+        (e["step"], e["eval_ood_valid_accuracy"]) for e in state["log_history"] if "eval_ood_valid_accuracy" in e
+    ]
     best = max(accuracy for _, accuracy in evaluations)
     latest_best_step = max(step for step, accuracy in evaluations if accuracy == best)
     assert state["best_global_step"] == latest_best_step, f"evaluations {evaluations}"
@@ -114,8 +131,13 @@ def test_export_loads_with_remote_code_without_the_package(trained_run, tmp_path
         """
     )
     (tmp_path / "load.py").write_text(script)
-    result = subprocess.run([sys.executable, "load.py", str(output_dir / "export")], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "load.py", str(output_dir / "export")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.fullmatch(r"[01]{3}", result.stdout.strip().splitlines()[-1])
 
@@ -132,7 +154,8 @@ def test_model_card_parses_and_model_index_round_trips(trained_run):
 def test_standalone_export_script(trained_run, tmp_path):
     output_dir, _ = trained_run
     result = subprocess.run(
-        [sys.executable, str(REPO / "training" / "export.py"), str(output_dir / "checkpoint-8"), str(tmp_path / "out")],
+        [sys.executable, str(REPO / "training" / "export.py"), str(output_dir / "checkpoint-8"),
+         str(tmp_path / "out")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -164,9 +187,24 @@ def test_resume_continues_the_global_step(tmp_path):
 
 
 def test_two_process_cpu_run_logs_the_same_loss_scale(tmp_path):
-    args = TINY + ["--max_steps", "4", "--eval_steps", "4", "--save_steps", "4", "--logging_steps", "1",
-                   "--per_device_train_batch_size", "16", "--use_cpu", "--ddp_find_unused_parameters", "false"]
-    single = run_train_subprocess(args + ["--output_dir", str(tmp_path / "one"), "--per_device_train_batch_size", "32"])
+    args = TINY + [
+        "--max_steps",
+        "4",
+        "--eval_steps",
+        "4",
+        "--save_steps",
+        "4",
+        "--logging_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "16",
+        "--use_cpu",
+        "--ddp_find_unused_parameters",
+        "false",
+    ]
+    single = run_train_subprocess(
+        args + ["--output_dir", str(tmp_path / "one"), "--per_device_train_batch_size", "32"]
+    )
     assert single.returncode == 0, single.stderr[-3000:]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"]
     double = run_train_subprocess(args + ["--output_dir", str(tmp_path / "two")], launcher=torchrun)
@@ -210,10 +248,15 @@ def test_balanced_sampler_draws_depths_uniformly():
     train = load_script("train")
     depths = [1] * 10 + [2] * 90 + [5] * 900
     dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2, 3]] * len(depths)})
-    model = NDRForSequenceClassification(train.NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8,
-                                                         num_hidden_layers=1, num_labels=2))
-    trainer = train.NDRTrainer(model=model, args=TrainingArguments(output_dir="unused", report_to="none", seed=3),
-                               train_dataset=dataset, balance_depths=True)
+    model = NDRForSequenceClassification(
+        train.NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
+    )
+    trainer = train.NDRTrainer(
+        model=model,
+        args=TrainingArguments(output_dir="unused", report_to="none", seed=3),
+        train_dataset=dataset,
+        balance_depths=True,
+    )
     drawn = torch.tensor([depths[i] for i in trainer._get_train_sampler(dataset)])
     shares = [(drawn == d).float().mean().item() for d in (1, 2, 5)]
     assert all(abs(share - 1 / 3) < 0.07 for share in shares), f"depth shares {shares} should all be about 1/3"
@@ -222,10 +265,38 @@ def test_balanced_sampler_draws_depths_uniformly():
 @pytest.mark.parametrize("preset", ["arithmetic_cpu", "listops_cpu", "arithmetic_paper", "listops_paper"])
 def test_every_task_preset_trains_evaluates_and_exports(preset, tmp_path):
     train = load_script("train")
-    argv = ["--preset", preset, "--n_train", "300", "--n_eval", "20", "--hidden_size", "16",
-            "--intermediate_size", "16", "--num_attention_heads", "2", "--num_hidden_layers", "2", "--max_steps", "2",
-            "--per_device_train_batch_size", "8", "--eval_steps", "2", "--save_steps", "2", "--use_cpu", "true",
-            "--disable_tqdm", "true", "--report_to", "none", "--output_dir", str(tmp_path / preset)]
+    argv = [
+        "--preset",
+        preset,
+        "--n_train",
+        "300",
+        "--n_eval",
+        "20",
+        "--hidden_size",
+        "16",
+        "--intermediate_size",
+        "16",
+        "--num_attention_heads",
+        "2",
+        "--num_hidden_layers",
+        "2",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        "--eval_steps",
+        "2",
+        "--save_steps",
+        "2",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(tmp_path / preset),
+    ]
     results = train.main(argv)
     assert set(results) == {"iid_test", "ood_valid", "ood_test"}
     config = json.loads((tmp_path / preset / "export" / "config.json").read_text())

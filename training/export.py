@@ -13,11 +13,15 @@ import json
 import os
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
 import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
 from modeling_ndr import NDRForSequenceClassification
 from modeling_ndr.tokenization_ndr import NDRTokenizerFast
 
-TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hub_cards", "model_card_template.md")
+
+TEMPLATE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hub_cards", "model_card_template.md"
+)
 TASK_TITLES = {
     "ctl": "compositional table lookup ({direction})",
     "arithmetic": "simple arithmetic modulo 10",
@@ -36,7 +40,10 @@ def _read_json(folder: str, name: str) -> dict | None:
 def results_table(eval_results: dict) -> str:
     """Markdown table of each split's accuracy and its accuracy per depth (printed by train.py, used in the card)."""
     depths = sorted({int(d) for split in eval_results.values() for d in split["by_depth"]})
-    lines = ["| split | accuracy | " + " | ".join(f"depth {d}" for d in depths) + " |", "|---|---|" + "---|" * len(depths)]
+    lines = [
+        "| split | accuracy | " + " | ".join(f"depth {d}" for d in depths) + " |",
+        "|---|---|" + "---|" * len(depths),
+    ]
     for split, values in eval_results.items():
         cells = [f"{values['by_depth'][str(d)]:.3f}" if str(d) in values["by_depth"] else "" for d in depths]
         lines.append(f"| {split} | {values['accuracy']:.4f} | " + " | ".join(cells) + " |")
@@ -79,8 +86,11 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
     config = model.config
     num_steps = config.eval_num_hidden_layers or config.num_hidden_layers
     split_rows = [
-        {"split": split, "accuracy": values["accuracy"],
-         "depths": ", ".join(sorted(values["by_depth"], key=int)) or "–"}
+        {
+            "split": split,
+            "accuracy": values["accuracy"],
+            "depths": ", ".join(sorted(values["by_depth"], key=int)) or "–",
+        }
         for split, values in eval_results.items()
     ]
     options = {k: v for k, v in task.items() if k in ("direction", "n_train", "n_eval") and v is not None}
@@ -106,6 +116,9 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
     )
 
 
+TOKENIZER_FILE = "tokenizer.json"
+
+
 def export_model(
     checkpoint_dir: str,
     out_dir: str,
@@ -114,6 +127,12 @@ def export_model(
     repo_id: str | None = None,
 ) -> str:
     """Write the hub-ready folder `out_dir` from `checkpoint_dir`; returns `out_dir`."""
+    if not os.path.isdir(checkpoint_dir):
+        raise FileNotFoundError(f"{checkpoint_dir}: no such checkpoint folder")
+    for name in ("config.json", "model.safetensors", TOKENIZER_FILE):
+        if not os.path.isfile(os.path.join(checkpoint_dir, name)):
+            hint = " (train.py saves the tokenizer with every checkpoint)" if name == TOKENIZER_FILE else ""
+            raise FileNotFoundError(f"{checkpoint_dir}: {name} is missing{hint}")
     eval_results = eval_results or _read_json(checkpoint_dir, "eval_results.json")
     run_config = run_config or _read_json(checkpoint_dir, "run_config.json") or {}
     if eval_results is None:
@@ -138,7 +157,10 @@ def main():
     parser.add_argument("out_dir")
     parser.add_argument("--repo_id", default=None, help="Hub id used in the model card's snippets (org/name).")
     args = parser.parse_args()
-    print(export_model(args.checkpoint_dir, args.out_dir, repo_id=args.repo_id))
+    try:
+        print(export_model(args.checkpoint_dir, args.out_dir, repo_id=args.repo_id))
+    except (FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
 if __name__ == "__main__":
