@@ -11,7 +11,7 @@ DEMO_DIR ?= outputs/ctl_$(DEMO_DIRECTION)_cpu
 NPROC ?= 2
 DEMO_ARGS ?=
 
-.PHONY: setup demo demo-backward demo-backward-long test test-slow lint bench clean
+.PHONY: setup demo demo-backward demo-backward-long test test-slow lint bench datasets clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,10 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/attention.py
+
+# the dataset repositories in hub_cards/datasets/ (parquet splits + cards); about 3 minutes (ListOps' 1M-row train)
+datasets: $(STAMP)
+	$(BIN)/python hub_cards/make_dataset_repos.py
 
 clean:
 	rm -rf $(VENV) outputs runs
