@@ -18,7 +18,6 @@ Tensor dimensions: b batch, h heads, n (i, j, k) sequence positions, d hidden si
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 from torch import nn
@@ -30,63 +29,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_ndr import NDRConfig, as_python_scalar
-
-
-@lru_cache(maxsize=64)  # called at every step with the same few (n, device): build the index tensors once
-def _closer_key_bounds(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each (query i, key j), the key range (q, p] that is closer to i than j, as indices into a cumsum with a
-    leading zero (so the returned bounds are q + 1 and p + 1, both >= 0).
-
-    Closer means |k - i| < |j - i|, plus the key on the right at equal distance when j is on the left (the tie rule:
-    the scan order from i is i+1, i-1, i+2, i-2, ...). The query i itself is inside the range; it contributes
-    nothing because its match probability is 0.
-    """
-    i = torch.arange(n, device=device).unsqueeze(1)  # (n, 1)
-    j = torch.arange(n, device=device).unsqueeze(0)  # (1, n)
-    distance = (i - j).abs()  # (n, n)
-    upper = torch.clamp(i + distance - (j > i).long(), max=n - 1)
-    lower = i - distance
-    return torch.clamp(lower + 1, min=0), upper + 1
-
-
-def geometric_attention_weights(logits: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    r"""
-    Geometric attention weights: each key j matches query i with probability `P_ij = sigmoid(z_ij)`, and j wins only
-    if no key closer to i matched: `A_ij = P_ij * prod_{k closer than j} (1 - P_ik)`.
-
-    The product is computed in log space with one cumulative sum over keys (O(n^2), no loop over positions), in
-    float32 also under autocast (float64 logits stay float64, e.g. for `gradcheck`). Rows are not normalised:
-    `sum_j A_ij <= 1`, the missing mass means "no match".
-
-    Args:
-        logits (`torch.Tensor` of shape `(batch, heads, seq, seq)`):
-            Pre-sigmoid scores `z_ij` of query i for key j, the directional term already included.
-        attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*):
-            1 for tokens, 0 for padding. Padded keys never match. Rows of padded queries are finite (and unused).
-
-    Returns:
-        `torch.Tensor` of shape `(batch, heads, seq, seq)`, float32 (float64 for float64 logits): the weights `A`;
-        the diagonal is 0.
-    """
-    n = logits.shape[-1]
-    with torch.autocast(device_type=logits.device.type, enabled=False):
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-        excluded = torch.eye(n, dtype=torch.bool, device=logits.device)  # (n, n): never attend to yourself
-        if attention_mask is not None:
-            excluded = excluded | (attention_mask[:, None, None, :] == 0)  # (b, 1, n, n)
-        logits = logits.masked_fill(excluded, float("-inf"))
-
-        log_match = F.logsigmoid(logits)  # log P, -inf where excluded
-        log_no_match = F.logsigmoid(-logits)  # log (1 - P), 0 where excluded
-        # cumulative log (1 - P) over keys, with a leading 0 so that "nothing before key 0" is index 0
-        no_match_cumsum = F.pad(log_no_match.cumsum(dim=-1), (1, 0))  # (b, h, n, n + 1)
-
-        lower, upper = _closer_key_bounds(n, logits.device)  # (n, n) each
-        shape = no_match_cumsum.shape[:-1] + (n,)
-        log_no_closer_match = no_match_cumsum.gather(-1, upper.expand(shape)) - no_match_cumsum.gather(
-            -1, lower.expand(shape)
-        )
-        return torch.exp(log_match + log_no_closer_match)
+from .geometric_ndr import geometric_attention_weights
 
 
 class NDRGeometricAttention(nn.Module):
@@ -120,20 +63,18 @@ class NDRGeometricAttention(nn.Module):
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         b, n, d = hidden_states.shape
-        query = self._split_heads(self.q_proj(hidden_states))
+        query = self._split_heads(self.q_proj(hidden_states)) * self.scale  # alpha on (b, h, n, e), not on (n, n)
         key = self._split_heads(self.key_dropout(self.k_proj(hidden_states)))
         value = self._split_heads(self.v_proj(hidden_states))
 
-        content = torch.einsum("bhie,bhje->bhij", query, key)  # (b, h, n, n)
+        content = query @ key.transpose(-1, -2)  # (b, h, n, n)
         left, right = self.direction_proj(hidden_states).view(b, n, self.num_heads, 2).permute(3, 0, 2, 1)  # (b, h, n)
-        key_is_right = torch.ones(n, n, dtype=torch.bool, device=hidden_states.device).triu(1)  # (i, j): j > i
-        direction = torch.where(key_is_right, right.unsqueeze(-1), left.unsqueeze(-1))  # (b, h, n, n)
-        logits = self.scale * content + self.direction_scale * direction + self.logit_bias
-
-        weights = geometric_attention_weights(logits, attention_mask)  # (b, h, n, n), float32
+        left = self.direction_scale * left + self.logit_bias  # beta * left + gamma: the terms the kernel adds per row
+        right = self.direction_scale * right + self.logit_bias
+        weights = geometric_attention_weights(content, attention_mask, left=left, right=right)  # (b, h, n, n), fp32
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
-        output = torch.einsum("bhij,bhje->bhie", weights.to(value.dtype), value)  # (b, h, n, e)
+        output = weights.to(value.dtype) @ value  # (b, h, n, e)
         output = output.transpose(1, 2).reshape(b, n, d)
         return self.o_proj(output), weights
 

@@ -1,0 +1,170 @@
+"""Geometric attention weights, both implementations (fused CPU kernel and PyTorch reference), against the definition:
+a brute-force triple loop in float64, gradcheck, and inputs at the edge (±inf, huge logits, low precision)."""
+
+import pytest
+import torch
+from test_modeling_ndr import brute_force_geometric_attention
+
+from modeling_ndr import geometric_attention_weights
+from modeling_ndr.geometric_ndr import load_cpu_kernel, uses_cpu_kernel
+
+
+IMPLEMENTATIONS = ["cpu_kernel", "reference"]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def implementation(request, monkeypatch):
+    """Run the test once with the fused CPU kernel (it must build here) and once with the PyTorch reference."""
+    monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", "cpu" if request.param == "cpu_kernel" else "torch")
+    if request.param == "cpu_kernel":
+        assert load_cpu_kernel() is not None, "the CPU kernel must build on this machine (a C++ compiler is needed)"
+    return request.param
+
+
+def direction_terms(batch, heads, n, seed, dtype=torch.float64):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, heads, n, generator=generator, dtype=dtype) for _ in range(2)]
+
+
+def brute_force_with_direction(logits, left, right, mask=None):
+    n = logits.shape[-1]
+    key_is_right = torch.ones(n, n, dtype=torch.bool).triu(1)
+    full = logits.double() + torch.where(key_is_right, right.double()[..., None], left.double()[..., None])
+    return brute_force_geometric_attention(full, mask)
+
+
+def random_mask(batch, n, seed):
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, n, dtype=torch.long)
+    for row in range(batch):
+        kind = torch.randint(0, 3, (), generator=generator).item()
+        cut = torch.randint(1, n + 1, (), generator=generator).item()
+        if kind == 1:
+            mask[row, cut:] = 0  # right padding
+        elif kind == 2:
+            mask[row, : n - cut] = 0  # left padding
+    return mask
+
+
+def test_the_cpu_kernel_is_the_default_on_the_cpu(monkeypatch):
+    monkeypatch.delenv("NDR_GEOMETRIC_KERNEL", raising=False)
+    assert uses_cpu_kernel(torch.zeros(1)), "on a CPU with a compiler the fused kernel is used"
+    monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", "torch")
+    assert not uses_cpu_kernel(torch.zeros(1)), "NDR_GEOMETRIC_KERNEL=torch selects the reference"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 17, 33])
+def test_weights_and_direction_terms_equal_the_brute_force(implementation, n):
+    generator = torch.Generator().manual_seed(n)
+    logits = 2 * torch.randn(3, 2, n, n, generator=generator, dtype=torch.float64)
+    left, right = direction_terms(3, 2, n, seed=n)
+    mask = random_mask(3, n, seed=n)
+    fast = geometric_attention_weights(logits, mask, left=left, right=right)
+    torch.testing.assert_close(fast, brute_force_with_direction(logits, left, right, mask), atol=1e-12, rtol=1e-10)
+    single = geometric_attention_weights(logits.float(), mask, left=left.float(), right=right.float())
+    assert single.dtype == torch.float32
+    torch.testing.assert_close(single.double(), fast, atol=2e-6, rtol=1e-5, msg="float32 agrees with float64")
+
+
+def test_gradcheck_float64(implementation):
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 2, 6, 6, dtype=torch.float64, generator=generator, requires_grad=True)
+    left, right = (t.requires_grad_() for t in direction_terms(2, 2, 6, seed=1))
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1]])
+    assert torch.autograd.gradcheck(
+        lambda z, a, b: geometric_attention_weights(z, mask, left=a, right=b), (logits, left, right)
+    )
+
+
+def test_kernel_and_reference_gradients_agree(monkeypatch):
+    generator = torch.Generator().manual_seed(3)
+    logits = 3 * torch.randn(4, 3, 13, 13, generator=generator)
+    left, right = direction_terms(4, 3, 13, seed=4, dtype=torch.float32)
+    mask = random_mask(4, 13, seed=5)
+    upstream = torch.randn(4, 3, 13, 13, generator=generator)
+    grads = {}
+    for mode in ("cpu", "torch"):
+        monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", mode)
+        inputs = [t.clone().requires_grad_() for t in (logits, left, right)]
+        weights = geometric_attention_weights(inputs[0], mask, left=inputs[1], right=inputs[2])
+        (weights * upstream).sum().backward()
+        grads[mode] = (weights.detach(), *(t.grad for t in inputs))
+    for fast, reference, name in zip(grads["cpu"], grads["torch"], ("weights", "logits", "left", "right")):
+        torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-4, msg=f"{name}: kernel vs reference")
+
+
+def test_plus_and_minus_infinity_at_every_position_give_finite_weights_and_gradients(implementation):
+    n = 5
+    generator = torch.Generator().manual_seed(0)
+    base = torch.randn(n, n, generator=generator, dtype=torch.float64)
+    for sign in (1, -1):
+        for i in range(n):
+            for j in range(n):
+                logits = base.clone()
+                logits[i, j] = sign * float("inf")
+                logits = logits.view(1, 1, n, n).requires_grad_()
+                weights = geometric_attention_weights(logits)
+                where = f"logit {sign:+d}inf at ({i}, {j})"
+                assert torch.isfinite(weights).all(), f"{where}: the weights must be finite"
+                torch.testing.assert_close(weights, brute_force_geometric_attention(logits.detach()), msg=where)
+                weights.pow(2).sum().backward()
+                assert torch.isfinite(logits.grad).all(), f"{where}: the gradient must be finite"
+
+
+def test_infinite_logit_behind_a_closer_key_is_the_documented_smallest_case(implementation):
+    logits = torch.zeros(1, 1, 3, 3)
+    logits[0, 0, 2, 0] = float("inf")
+    row = geometric_attention_weights(logits)[0, 0, 2]
+    torch.testing.assert_close(row, torch.tensor([0.5, 0.5, 0.0]), msg="key 1 matches half the time, key 0 the rest")
+
+
+def extreme_batches(draws: int, implementation: str):
+    """Random logits scaled by 30 and 1e4 with random padding, in float32 and under bf16 autocast: finite weights and
+    gradients, rows <= 1 + 1e-5, and the same weights as a float64 computation of the same logits."""
+    generator = torch.Generator().manual_seed(len(implementation))
+    worst = 0.0
+    for draw in range(draws):
+        n = int(torch.randint(2, 12, (), generator=generator))
+        scale = (30.0, 1e4)[draw % 2]
+        logits = (scale * torch.randn(2, 2, n, n, generator=generator)).requires_grad_()
+        mask = random_mask(2, n, seed=draw)
+        low_precision = draw % 4 >= 2
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low_precision):
+            given = logits.to(torch.bfloat16) if low_precision else logits
+            weights = geometric_attention_weights(given, mask)
+        what = f"draw {draw} (n={n}, scale {scale:g}, {'bf16' if low_precision else 'fp32'})"
+        assert weights.dtype == torch.float32, f"{what}: computed in float32"
+        assert torch.isfinite(weights).all(), f"{what}: weights must be finite"
+        assert (weights.sum(-1) <= 1 + 1e-5).all(), f"{what}: a row sums to at most 1"
+        reference = geometric_attention_weights(given.detach().double(), mask)
+        worst = max(worst, (weights.double() - reference).abs().max().item())
+        weights.sum().backward()
+        assert torch.isfinite(logits.grad).all(), f"{what}: gradients must be finite"
+    assert worst < 1e-5, f"largest difference to float64 over {draws} draws: {worst:.2e}"
+
+
+def test_random_extreme_batches(implementation):
+    extreme_batches(200, implementation)
+
+
+@pytest.mark.slow
+def test_random_extreme_batches_full_count(implementation):
+    extreme_batches(10_000, implementation)
+
+
+def test_float64_reference_of_extreme_batches_equals_the_brute_force(implementation):
+    generator = torch.Generator().manual_seed(7)
+    for scale in (30.0, 1e4):
+        logits = scale * torch.randn(2, 2, 7, 7, generator=generator, dtype=torch.float64)
+        torch.testing.assert_close(
+            geometric_attention_weights(logits), brute_force_geometric_attention(logits), atol=1e-12, rtol=1e-9
+        )
+
+
+def test_weights_below_the_smallest_normal_float_are_exactly_zero(implementation):
+    # 40 keys, each matching with probability 0.9: the farthest keys get weights around 1e-40
+    logits = torch.full((1, 1, 40, 40), 2.2)
+    weights = geometric_attention_weights(logits)
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((weights == 0) | (weights >= tiny)).all(), "denormal weights slow the matrix products that follow"
+    assert (weights == 0).any() and (weights > 0).sum() > 40, "only the vanishing weights are flushed"
