@@ -8,8 +8,15 @@ from transformers import PreTrainedConfig
 
 
 # Every allowed value of every choice-valued field is listed here and only here; the model keys its classes by them.
-ATTENTION_TYPES = ("geometric",)
+ATTENTION_TYPES = ("geometric", "softmax")  # how scores become weights
+POSITION_ENCODINGS = ("direction", "absolute", "relative", "gated", "none")
+ATTENTION_SCORES = ("dot", "metric")  # q.k, or p_i M p_j with one projection per head
+METRIC_TENSORS = ("symmetric", "psd", "diagonal")  # how M is parametrised
+HALTINGS = ("none", "act")
 READOUTS = ("first", "last")
+# Position encodings that metric attention supports: its one projection serves as query and key, which the
+# Transformer-XL terms (separate content and position biases on the query) do not fit.
+METRIC_POSITION_ENCODINGS = ("direction", "absolute", "none")
 # Written into every saved config so that `trust_remote_code=True` can build any of the three auto classes from a
 # folder, whichever model class saved it (transformers itself only records the saving class).
 AUTO_MAP = {
@@ -98,12 +105,43 @@ FIELD_RULES = {
     "gate_bias_init": Number(),
     "copy_gate": Flag(),
     "attention_type": OneOf(ATTENTION_TYPES),
+    "position_encoding": OneOf(POSITION_ENCODINGS),
+    "attention_scores": OneOf(ATTENTION_SCORES),
+    "metric_tensor": OneOf(METRIC_TENSORS),
     "normalize_attention": Flag(),
+    "halting": OneOf(HALTINGS),
+    "act_threshold": Number(0.0, 1.0, above_minimum=True),
+    "act_ponder_weight": Number(0.0),
+    "act_halting_bias_init": Number(),
+    "adaptive_steps": Flag(),
+    "adaptive_threshold": Number(0.0, above_minimum=True),
+    "max_adaptive_steps": Integer(1, optional=True),
     "readout": OneOf(READOUTS),
     "layer_norm_eps": Number(0.0, above_minimum=True),
     "initializer_range": Number(0.0),
     "output_gates": Flag(),
 }
+
+
+# Combinations that make no sense: (the fields involved, a test the config must pass, why).
+COMBINATION_RULES = (
+    (
+        ("normalize_attention", "attention_type"),
+        lambda c: not c.normalize_attention or c.attention_type == "geometric",
+        "normalize_attention applies to geometric attention only (softmax rows already sum to 1)",
+    ),
+    (
+        ("attention_scores", "position_encoding"),
+        lambda c: c.attention_scores == "dot" or c.position_encoding in METRIC_POSITION_ENCODINGS,
+        f"metric scores use one projection as query and key; they support position_encoding in "
+        f"{METRIC_POSITION_ENCODINGS}",
+    ),
+    (
+        ("halting", "adaptive_steps"),
+        lambda c: not (c.halting == "act" and c.adaptive_steps),
+        "ACT already chooses the number of steps per column; use one of the two",
+    ),
+)
 
 
 def field_error(field: str, value, problem: str) -> ValueError:
@@ -153,9 +191,43 @@ class NDRConfig(PreTrainedConfig):
         copy_gate (`bool`, *optional*, defaults to `True`):
             Use the copy gate. Without it the layer is a plain post-LN Transformer layer (residual feed-forward).
         attention_type (`str`, *optional*, defaults to `"geometric"`):
-            Which attention the layer uses. One of `ATTENTION_TYPES`.
+            How scores become attention weights: `"geometric"` (sigmoid match probabilities, the closest match wins;
+            no self-attention) or `"softmax"` (the Transformer's).
+        position_encoding (`str`, *optional*, defaults to `"direction"`):
+            Where position information comes from: `"direction"` (the NDR's per-query left/right logit terms),
+            `"absolute"` (sinusoidal encodings added to the embeddings), `"relative"` (Transformer-XL relative
+            attention), `"gated"` (a per-query, per-head gate between relative and absolute position terms, the
+            paper's "+abs/rel" baseline) or `"none"`.
+        attention_scores (`str`, *optional*, defaults to `"dot"`):
+            `"dot"`: `q_i . k_j`; `"metric"`: metric-tensor attention, one projection `p` per head serving as query,
+            key and value, scores `p_i^T M p_j / sqrt(d_head)` with a learned symmetric `M` per head.
+        metric_tensor (`str`, *optional*, defaults to `"symmetric"`):
+            Parametrisation of `M` for metric scores: `"symmetric"` (`(C + C^T) / 2`), `"psd"` (`L L^T`) or
+            `"diagonal"`; initialised to the identity.
         normalize_attention (`bool`, *optional*, defaults to `False`):
             L1-normalise each row of the geometric attention (only the "+geom. att." baseline does this).
+        halting (`str`, *optional*, defaults to `"none"`):
+            `"act"`: Adaptive Computation Time halting per column (Universal Transformer): each column stops when its
+            cumulative halting probability passes `act_threshold`, and its output is the probability-weighted mix of
+            its states; at most the step count of `num_steps` / `num_hidden_layers`.
+        act_threshold (`float`, *optional*, defaults to 0.99):
+            Cumulative halting probability at which a column halts (1 - epsilon of the ACT paper).
+        act_ponder_weight (`float`, *optional*, defaults to 0.01):
+            Weight tau of the ponder cost N + R added to the classification loss.
+        act_halting_bias_init (`float`, *optional*, defaults to -3.0):
+            Initial bias of the halting unit: sigmoid(-3) ≈ 0.05 per step, so no column halts early at the start.
+        adaptive_steps (`bool`, *optional*, defaults to `False`):
+            At inference (not in training), run each sample until its state stops changing (relative change of every
+            real column below `adaptive_threshold`) instead of a fixed step count, at most `max_adaptive_steps`; a
+            finished sample is frozen and dropped from the batch, so easy inputs cost less.
+        adaptive_threshold (`float`, *optional*, defaults to 0.15):
+            The largest relative state change, `||h_t - h_(t-1)|| / ||h_(t-1)||` over a sample's real columns, at
+            which it is done. Measured on the CTL demo model (`benchmarks/adaptive_steps.py --study`): its copy gates
+            settle around 0.2-0.4, never near 0, and its prediction flips for several steps before it settles, so
+            neither is a usable signal; the state change is, and 0.15 keeps every split at least as accurate as the
+            trained step count.
+        max_adaptive_steps (`int`, *optional*):
+            The cap for `adaptive_steps`; `None` means twice `num_hidden_layers`.
         readout (`str`, *optional*, defaults to `"last"`):
             Column the classifier reads: `"first"` ([BOS]) or `"last"` ([EOS]).
         layer_norm_eps (`float`, *optional*, defaults to 1e-5):
@@ -182,7 +254,17 @@ class NDRConfig(PreTrainedConfig):
         gate_bias_init=-3.0,
         copy_gate=True,
         attention_type="geometric",
+        position_encoding="direction",
+        attention_scores="dot",
+        metric_tensor="symmetric",
         normalize_attention=False,
+        halting="none",
+        act_threshold=0.99,
+        act_ponder_weight=0.01,
+        act_halting_bias_init=-3.0,
+        adaptive_steps=False,
+        adaptive_threshold=0.15,
+        max_adaptive_steps=None,
         readout="last",
         layer_norm_eps=1e-5,
         initializer_range=0.02,
@@ -204,7 +286,17 @@ class NDRConfig(PreTrainedConfig):
         self.gate_bias_init = gate_bias_init
         self.copy_gate = copy_gate
         self.attention_type = attention_type
+        self.position_encoding = position_encoding
+        self.attention_scores = attention_scores
+        self.metric_tensor = metric_tensor
         self.normalize_attention = normalize_attention
+        self.halting = halting
+        self.act_threshold = act_threshold
+        self.act_ponder_weight = act_ponder_weight
+        self.act_halting_bias_init = act_halting_bias_init
+        self.adaptive_steps = adaptive_steps
+        self.adaptive_threshold = adaptive_threshold
+        self.max_adaptive_steps = max_adaptive_steps
         self.readout = readout
         self.layer_norm_eps = layer_norm_eps
         self.initializer_range = initializer_range
@@ -230,6 +322,10 @@ class NDRConfig(PreTrainedConfig):
             raise field_error(
                 "hidden_size", self.hidden_size, f"must be divisible by num_attention_heads={self.num_attention_heads}"
             )
+        for fields, allowed, reason in COMBINATION_RULES:
+            if not allowed(self):
+                values = " with ".join(f"NDRConfig.{field}={getattr(self, field)!r}" for field in fields)
+                raise ValueError(f"{values} is invalid: {reason}.")
         num_labels = self.num_labels
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise field_error("num_labels", num_labels, "expected an integer >= 1")

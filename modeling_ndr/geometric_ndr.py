@@ -14,9 +14,10 @@ Two implementations compute the same numbers:
   `log(1 - P)` over a contiguous range on each side of i, computed with one cumulative sum per side (never as the
   difference of two cumulative sums, which loses all precision when the sums are large and gives NaN at ±inf).
 * a fused CPU kernel (C++, built on first use with `torch.utils.cpp_extension`, registered as a custom op
-  (`ndr_<id>::geometric_attention`) so `torch.compile` keeps it in the graph): one pass per query row, the scan done as a
-  running product in scan order, and a hand-written backward that keeps only the weights and the logits. It is used
-  on the CPU when it builds (a C++ compiler with OpenMP is needed; otherwise the reference is used, with a warning).
+  (`ndr_<id>::geometric_attention`) so `torch.compile` keeps it in the graph): one pass per query row, the scan done
+  as a running product in scan order, and a hand-written backward that keeps only the weights and the logits. It is
+  used on the CPU when it builds (a C++ compiler with OpenMP is needed; otherwise the reference is used, with a
+  warning).
   `NDR_GEOMETRIC_KERNEL=torch` turns it off, `NDR_GEOMETRIC_KERNEL=cpu` makes a failed build an error.
 
 Both flush weights below the smallest normal float to 0: denormal numbers make the matrix products that follow
@@ -120,7 +121,9 @@ static inline Vectorized<scalar_t> load(const scalar_t* data, int64_t count) {
 
 // Rows per parallel chunk: as many as ATen's own element-wise ops take (small tensors stay on one thread, where
 // waking the other threads would cost more than the work)
-static inline int64_t grain_rows(int64_t n) { return std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(n, 1)); }
+static inline int64_t grain_rows(int64_t n) {
+  return std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(n, 1));
+}
 
 // The keys of row i in scan order i+1, i-1, i+2, i-2, ...; `visit(j)` is called once per key.
 template <typename Visit>

@@ -3,17 +3,21 @@
 Csordás, Irie & Schmidhuber, "The Neural Data Router: Adaptive Control Flow in Transformers Improves
 Systematic Generalization", ICLR 2022.
 
-The NDR is an encoder whose one layer is applied `num_hidden_layers` times (weights shared across steps). The layer
-has two ingredients on top of a post-LN Transformer layer:
+The NDR is an encoder whose one layer is applied `num_hidden_layers` times (weights shared across steps, as in the
+Universal Transformer of Dehghani et al., 2019). The layer has two ingredients on top of a post-LN Transformer layer:
 
-* **geometric attention**: every key gets a sigmoid match probability, and the closest matching key wins
-  (`geometric_attention_weights`); a per-query directional term tells left from right. There is no
-  positional embedding and a column never attends to itself.
-* **a copy gate**: each column mixes its update with its old state, so it can skip a step.
+* **geometric attention** (Sec. 3.2 of the paper): every key gets a sigmoid match probability, and the closest
+  matching key wins (`geometric_ndr.geometric_attention_weights`); a per-query directional term tells left from
+  right. There is no positional embedding and a column never attends to itself.
+* **a copy gate** (Sec. 3.1): each column mixes its update with its old state, so it can skip a step.
 
-Reading order: geometric attention weights → attention module → update and gate networks → layer → models.
+The same model also runs the paper's baselines (softmax attention; absolute, relative or gated position terms; no
+gate) and metric-tensor attention, chosen by config fields (`attention_ndr`), and can choose its number of steps:
+ACT halting per column (Graves, 2016; Universal Transformer) or, at inference, running until the state stops changing.
 
-Tensor dimensions: b batch, h heads, n (i, j, k) sequence positions, d hidden size, e head size (d / h).
+Reading order: update and gate networks → halting unit → layer → outputs → models (the step loops) → classifier.
+
+Tensor dimensions: b batch, h heads, n sequence positions, d hidden size, e head size (d / h).
 """
 
 import math
@@ -28,58 +32,17 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .attention_ndr import (
+    ATTENTION_CLASSES,
+    METRIC_PARAMETRIZATIONS,
+    NDRAttentionBase,
+    NDRDotProductAttention,
+    NDRMetricAttention,
+    position_ids,
+    sinusoidal_encoding,
+)
 from .configuration_ndr import NDRConfig, as_python_scalar
 from .geometric_ndr import geometric_attention_weights
-
-
-class NDRGeometricAttention(nn.Module):
-    """Multi-head geometric attention with a directional term (spec §1.2).
-
-    `z_ij = scale * q_i . dropout(k_j) + direction_scale * (right_i if j > i else left_i) + logit_bias`, where
-    `q_i = W_q h_i + b` and `[left_i, right_i] = W_d h_i + b_d` come from the query column.
-    """
-
-    def __init__(self, config: NDRConfig):
-        super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.head_size = config.hidden_size // config.num_attention_heads
-        self.normalize = config.normalize_attention
-
-        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=True)  # the bias is the content bias
-        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
-        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
-        self.direction_proj = nn.Linear(config.hidden_size, 2 * config.num_attention_heads)  # (left, right) per head
-        self.scale = nn.Parameter(torch.empty(1))  # alpha
-        self.direction_scale = nn.Parameter(torch.empty(1))  # beta
-        self.logit_bias = nn.Parameter(torch.empty(1))  # gamma
-        self.key_dropout = nn.Dropout(config.attention_dropout)
-
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
-        return x.view(b, n, self.num_heads, self.head_size).transpose(1, 2)  # (b, h, n, e)
-
-    def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        b, n, d = hidden_states.shape
-        query = self._split_heads(self.q_proj(hidden_states)) * self.scale  # alpha on (b, h, n, e), not on (n, n)
-        key = self._split_heads(self.key_dropout(self.k_proj(hidden_states)))
-        value = self._split_heads(self.v_proj(hidden_states))
-
-        content = query @ key.transpose(-1, -2)  # (b, h, n, n)
-        left, right = self.direction_proj(hidden_states).view(b, n, self.num_heads, 2).permute(3, 0, 2, 1)  # (b, h, n)
-        left = self.direction_scale * left + self.logit_bias  # beta * left + gamma: the terms the kernel adds per row
-        right = self.direction_scale * right + self.logit_bias
-        weights = geometric_attention_weights(content, attention_mask, left=left, right=right)  # (b, h, n, n), fp32
-        if self.normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
-        output = weights.to(value.dtype) @ value  # (b, h, n, e)
-        output = output.transpose(1, 2).reshape(b, n, d)
-        return self.o_proj(output), weights
-
-
-ATTENTION_CLASSES = {"geometric": NDRGeometricAttention}
 
 
 class NDRUpdate(nn.Module):
@@ -97,7 +60,10 @@ class NDRUpdate(nn.Module):
 
 
 class NDRCopyGate(nn.Module):
-    """Per column and channel, how much of the update to take: `sigmoid(G_2 dropout(relu(G_1 m)))`."""
+    """Per column and channel, how much of the update to take: `sigmoid(G_2 dropout(relu(G_1 m)))`.
+
+    Columns may be forced to copy (gate 0): by gate dropout in training, and where `update_mask` is 0 (padding, a
+    column that has halted, a sample that has finished)."""
 
     def __init__(self, config: NDRConfig):
         super().__init__()
@@ -106,12 +72,14 @@ class NDRCopyGate(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.gate_dropout = config.gate_dropout
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, update_mask: torch.Tensor | None = None) -> torch.Tensor:
         gate = torch.sigmoid(self.fc_out(self.dropout(F.relu(self.fc_in(hidden_states)))))  # (b, n, d)
         if self.training and self.gate_dropout > 0:
             # force whole columns of some samples to copy, so the model learns to rely on copying
             keep = torch.rand(gate.shape[:-1] + (1,), device=gate.device) >= self.gate_dropout  # (b, n, 1)
             gate = gate * keep
+        if update_mask is not None:
+            gate = gate * update_mask.unsqueeze(-1).to(gate.dtype)
         return gate
 
 
@@ -130,12 +98,29 @@ class NDRFeedForward(nn.Module):
         return self.layer_norm(hidden_states + self.dropout(update))
 
 
-class NDRLayer(GradientCheckpointingLayer):
-    """One NDR step (spec §1.1); the same instance is applied at every step."""
+class NDRHalting(nn.Module):
+    """ACT's halting unit: the probability `sigmoid(w . h + b)` that a column stops after this step.
+
+    (b, n, d) → (b, n)."""
 
     def __init__(self, config: NDRConfig):
         super().__init__()
-        self.attention = ATTENTION_CLASSES[config.attention_type](config)
+        self.proj = nn.Linear(config.hidden_size, 1)  # its bias starts at act_halting_bias_init
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.proj(hidden_states)).squeeze(-1)
+
+
+class NDRLayer(GradientCheckpointingLayer):
+    """One step; the same instance is applied at every step.
+
+    NDR (Sec. 3.1): `m = LN(h + dropout(attention(h)))`, `u = update(m)`, `g = copy_gate(m)`, `h <- g u + (1 - g) h`.
+    Without the copy gate, the post-LN Transformer layer: `h <- LN(m + dropout(FFN(m)))`. Columns where `update_mask`
+    is 0 keep their state."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__()
+        self.attention = ATTENTION_CLASSES[config.attention_scores](config)
         self.attention_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         if config.copy_gate:
@@ -144,13 +129,22 @@ class NDRLayer(GradientCheckpointingLayer):
         else:
             self.feed_forward = NDRFeedForward(config)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        attended, _ = self.attention(hidden_states, attention_mask)  # the weights are recorded by a hook if asked for
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        update_mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+    ) -> torch.Tensor:
+        attended, _ = self.attention(hidden_states, attention_mask, need_weights)  # weights: recorded by a hook
         mixed = self.attention_layer_norm(hidden_states + self.dropout(attended))
         if not hasattr(self, "copy_gate"):
-            return self.feed_forward(mixed)
+            new_states = self.feed_forward(mixed)
+            if update_mask is None:
+                return new_states
+            return torch.where(update_mask.unsqueeze(-1), new_states, hidden_states)
         update = self.update(mixed)
-        gate = self.copy_gate(mixed)  # (b, n, d); recorded by a hook if asked for
+        gate = self.copy_gate(mixed, update_mask)  # (b, n, d); recorded by a hook if asked for
         return gate * update + (1 - gate) * hidden_states
 
 
@@ -161,27 +155,39 @@ class NDRModelOutput(ModelOutput):
 
     Args:
         last_hidden_state (`torch.FloatTensor` of shape `(batch, seq, hidden)`):
-            The state of every column after the last step.
+            The state of every column after the last step (with ACT: the halting-probability-weighted mix of its
+            states).
         hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-            The embeddings and the state after every step: `num_steps + 1` tensors of shape `(batch, seq, hidden)`.
+            The embeddings and the state after every step: one more tensor than steps run, each `(batch, seq,
+            hidden)` (the last is `last_hidden_state`).
         attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-            The attention weights of every step: `num_steps` tensors of shape `(batch, heads, seq, seq)`.
+            The attention weights of every step: one tensor of shape `(batch, heads, seq, seq)` per step.
         gates (`tuple(torch.FloatTensor)`, *optional*, returned with `output_gates=True`):
-            The copy-gate values of every step (1 = take the update, 0 = copy): `num_steps` tensors of shape
-            `(batch, seq, hidden)`.
+            The copy-gate values of every step (1 = take the update, 0 = copy): one `(batch, seq, hidden)` tensor per
+            step; empty for variants without a copy gate.
+        ponder_cost (`torch.FloatTensor` of shape `(batch,)`, *optional*, with `halting="act"`):
+            ACT's ponder cost N + R per sample, averaged over its real columns.
+        halting_steps (`torch.LongTensor` of shape `(batch, seq)`, *optional*, with `halting="act"`):
+            The number of steps each column ran before it halted (0 for padding).
+        num_steps_taken (`torch.LongTensor` of shape `(batch,)`, *optional*, with adaptive steps):
+            The number of steps each sample ran before its state stopped changing (or the cap).
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
     gates: tuple[torch.FloatTensor, ...] | None = None
+    ponder_cost: torch.FloatTensor | None = None
+    halting_steps: torch.LongTensor | None = None
+    num_steps_taken: torch.LongTensor | None = None
 
 
 @dataclass
 class NDRSequenceClassifierOutput(ModelOutput):
     r"""
-    Outputs of [`NDRForSequenceClassification`]: `loss` (when labels are given), `logits` of shape
-    `(batch, num_labels)`, and `hidden_states`, `attentions`, `gates` as in [`NDRModelOutput`].
+    Outputs of [`NDRForSequenceClassification`]: `loss` (when labels are given; with ACT it includes
+    `act_ponder_weight` times the mean ponder cost), `logits` of shape `(batch, num_labels)`, and the other fields as
+    in [`NDRModelOutput`].
     """
 
     loss: torch.FloatTensor | None = None
@@ -189,6 +195,9 @@ class NDRSequenceClassifierOutput(ModelOutput):
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
     gates: tuple[torch.FloatTensor, ...] | None = None
+    ponder_cost: torch.FloatTensor | None = None
+    halting_steps: torch.LongTensor | None = None
+    num_steps_taken: torch.LongTensor | None = None
 
 
 class NDRPreTrainedModel(PreTrainedModel):
@@ -203,7 +212,7 @@ class NDRPreTrainedModel(PreTrainedModel):
     # once per step, so each hook fires once per step and every tuple has one entry per step.
     _can_record_outputs = {
         "hidden_states": NDRLayer,
-        "attentions": OutputRecorder(NDRGeometricAttention, index=1),
+        "attentions": OutputRecorder(NDRAttentionBase, index=1),
         "gates": OutputRecorder(NDRCopyGate, index=0),
     }
 
@@ -211,38 +220,54 @@ class NDRPreTrainedModel(PreTrainedModel):
         config.validate()  # the config may have been changed since it was built
         super().__init__(config, *inputs, **kwargs)
 
-    def _feed_forward_init(self) -> dict[nn.Linear, tuple[float, float]]:
-        """(xavier gain, bias value) of every feed-forward and gate layer. Looked up from the leaf `nn.Linear`
-        because transformers skips custom-code modules that own no parameters directly (like `NDRCopyGate`)."""
+    def _linear_init(self) -> dict[nn.Linear, tuple[str, float, float]]:
+        """How each projection starts: `("xavier", gain, bias)` or `("normal", std, bias)`. Looked up from the leaf
+        `nn.Linear` because transformers skips custom-code modules that own no parameters directly (`NDRCopyGate`,
+        `NDRHalting`, attention without a learned scale)."""
         roles = {}
         for module in self.modules():
             if isinstance(module, (NDRUpdate, NDRFeedForward)):
-                roles[module.fc_in] = (math.sqrt(2.0), 0.0)
-                roles[module.fc_out] = (5.0 / 3.0, 0.0)
+                roles[module.fc_in] = ("xavier", math.sqrt(2.0), 0.0)
+                roles[module.fc_out] = ("xavier", 5.0 / 3.0, 0.0)
             elif isinstance(module, NDRCopyGate):
-                roles[module.fc_in] = (math.sqrt(2.0), 0.0)
-                roles[module.fc_out] = (1.0, self.config.gate_bias_init)
+                roles[module.fc_in] = ("xavier", math.sqrt(2.0), 0.0)
+                roles[module.fc_out] = ("xavier", 1.0, self.config.gate_bias_init)
+            elif isinstance(module, NDRHalting):
+                roles[module.proj] = ("normal", self.config.initializer_range, self.config.act_halting_bias_init)
+            elif isinstance(module, NDRAttentionBase):
+                names = ("q_proj", "k_proj", "v_proj", "o_proj", "p_proj", "direction_proj", "relative_proj",
+                         "position_gate_proj")  # fmt: skip
+                roles.update({getattr(module, name): ("xavier", 1.0, 0.0) for name in names if hasattr(module, name)})
         return roles
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """The release's init (spec §1.1/§1.2): Xavier-uniform layers, N(0, 1) embeddings, gate bias at
-        `gate_bias_init`; the classifier and layer norms get the transformers defaults."""
+        """The release's init: Xavier-uniform projections (gain sqrt 2 into a ReLU, 5/3 for the update's output), N(0,
+        1) embeddings, the gate bias at `gate_bias_init`, alpha = 1/sqrt(e), beta = 1, gamma = 0; metric tensors start
+        at the identity; the classifier and layer norms get the transformers defaults."""
         super()._init_weights(module)
         if isinstance(module, nn.Embedding):
             init.normal_(module.weight, mean=0.0, std=1.0)
-        elif isinstance(module, NDRGeometricAttention):
-            for projection in (module.q_proj, module.k_proj, module.v_proj, module.o_proj, module.direction_proj):
-                init.xavier_uniform_(projection.weight)
-            init.zeros_(module.q_proj.bias)
-            init.zeros_(module.direction_proj.bias)
-            init.constant_(module.scale, 1.0 / math.sqrt(module.head_size))
-            init.constant_(module.direction_scale, 1.0)
-            init.zeros_(module.logit_bias)
-        elif isinstance(module, nn.Linear) and module in (roles := self._feed_forward_init()):
-            gain, bias = roles[module]
-            init.xavier_uniform_(module.weight, gain=gain)
-            init.constant_(module.bias, bias)
+        elif isinstance(module, NDRAttentionBase):
+            if isinstance(module.scale if hasattr(module, "scale") else None, nn.Parameter):
+                init.constant_(module.scale, 1.0 / math.sqrt(module.head_size))
+            if hasattr(module, "direction_scale"):
+                init.constant_(module.direction_scale, 1.0)
+            if hasattr(module, "logit_bias"):
+                init.zeros_(module.logit_bias)
+            if hasattr(module, "relative_position_bias"):
+                init.zeros_(module.relative_position_bias)
+            if isinstance(module, NDRMetricAttention):
+                identity = torch.eye(module.head_size).expand(module.num_heads, -1, -1)
+                init.copy_(module.metric, identity if module.metric.dim() == 3 else torch.ones_like(module.metric))
+        elif isinstance(module, nn.Linear) and module in (roles := self._linear_init()):
+            kind, scale, bias = roles[module]
+            if kind == "xavier":
+                init.xavier_uniform_(module.weight, gain=scale)
+            else:
+                init.normal_(module.weight, std=scale)
+            if module.bias is not None:
+                init.constant_(module.bias, bias)
 
 
 def check_inputs(input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
@@ -285,13 +310,22 @@ def resolve_num_steps(num_steps, config: NDRConfig, training: bool) -> int:
     return num_steps
 
 
+def relative_state_change(new: torch.Tensor, old: torch.Tensor, real_columns: torch.Tensor) -> torch.Tensor:
+    """Per sample, the largest `||new - old|| / ||old||` over its real columns: (b, n, d) twice → (b,)."""
+    change = (new - old).norm(dim=-1) / old.norm(dim=-1).clamp_min(1e-6)  # (b, n)
+    return change.masked_fill(~real_columns, 0.0).amax(dim=-1)
+
+
 class NDRModel(NDRPreTrainedModel):
-    """The NDR encoder: token embeddings (no positional embedding) and one shared layer applied step after step."""
+    """The NDR encoder: token embeddings (no positional embedding, except for `position_encoding="absolute"`) and one
+    shared layer applied step after step: a fixed number of steps, ACT halting, or at inference until done."""
 
     def __init__(self, config: NDRConfig):
         super().__init__(config)
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layer = NDRLayer(config)
+        if config.halting == "act":
+            self.halting = NDRHalting(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -307,6 +341,7 @@ class NDRModel(NDRPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         num_steps: int | None = None,
+        adaptive_steps: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         output_gates: bool | None = None,
@@ -316,18 +351,113 @@ class NDRModel(NDRPreTrainedModel):
             input_ids (`torch.LongTensor` of shape `(batch, seq)`): token ids, `[BOS] ... [EOS]`.
             attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*): 1 for tokens, 0 for padding.
             inputs_embeds (`torch.FloatTensor` of shape `(batch, seq, hidden)`, *optional*): instead of `input_ids`.
-            num_steps (`int`, *optional*): how often to apply the layer; defaults to `config.num_hidden_layers`
-                in training and to `config.eval_num_hidden_layers` (if set) otherwise.
+            num_steps (`int`, *optional*): how often to apply the layer (with ACT or adaptive steps: at most); defaults
+                to `config.num_hidden_layers` in training and to `config.eval_num_hidden_layers` (if set) otherwise;
+                with adaptive steps to `config.max_adaptive_steps` (default twice `num_hidden_layers`).
+            adaptive_steps (`bool`, *optional*): at inference, run each sample until its state stops changing;
+                defaults to `config.adaptive_steps`. Ignored in training.
             output_attentions / output_hidden_states / output_gates (`bool`, *optional*): return every step's
                 attention weights / states / copy gates; default to the config's values of the same name.
             return_dict (`bool`, *optional*): a tuple instead of an [`NDRModelOutput`] if `False`.
         """
-        check_inputs(input_ids, attention_mask, inputs_embeds)
-        num_steps = resolve_num_steps(num_steps, self.config, self.training)
+        batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
+        config = self.config
+        adaptive = config.adaptive_steps if adaptive_steps is None else bool(adaptive_steps)
+        adaptive = adaptive and not self.training
+        if adaptive and num_steps is None:
+            num_steps = config.max_adaptive_steps or 2 * config.num_hidden_layers
+        num_steps = resolve_num_steps(num_steps, config, self.training)
+        need_weights = config.output_attentions if output_attentions is None else output_attentions
+
         hidden_states = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, d)
+        if config.position_encoding == "absolute":
+            positions = position_ids(attention_mask, batch, seq, hidden_states.device)
+            hidden_states = hidden_states + sinusoidal_encoding(positions, config.hidden_size).to(hidden_states.dtype)
+
+        if config.halting == "act":
+            return self._act_steps(hidden_states, attention_mask, num_steps, need_weights)
+        if adaptive:
+            recording = any(
+                config_value if value is None else value
+                for value, config_value in (
+                    (output_attentions, config.output_attentions),
+                    (output_hidden_states, config.output_hidden_states),
+                    (output_gates, config.output_gates),
+                )
+            )
+            return self._adaptive_steps(hidden_states, attention_mask, num_steps, need_weights, compact=not recording)
         for _ in range(num_steps):
-            hidden_states = self.layer(hidden_states, attention_mask)
+            hidden_states = self.layer(hidden_states, attention_mask, need_weights=need_weights)
         return NDRModelOutput(last_hidden_state=hidden_states)
+
+    def _real_columns(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if attention_mask is None:
+            return torch.ones(hidden_states.shape[:2], dtype=torch.bool, device=hidden_states.device)
+        return attention_mask != 0
+
+    def _act_steps(self, hidden_states, attention_mask, max_steps: int, need_weights: bool) -> NDRModelOutput:
+        """Adaptive Computation Time per column (Graves 2016, Sec. 2; Dehghani et al. 2019, Sec. 2.2).
+
+        At step t a running column halts with probability `p_t = sigmoid(w . h_(t-1) + b)`; it stops at the first
+        step where its cumulative probability would pass `act_threshold` (or at the last step), and that step gets
+        the remainder `R = 1 - sum of its earlier p`. Its output is `sum_t w_t h_t` with `w_t = p_t` before that step
+        and `R` at it; afterwards it is copied unchanged. Ponder cost: `N + R`, N the number of steps it ran."""
+        running = self._real_columns(hidden_states, attention_mask)  # padding never runs
+        real = running.clone()
+        halting_sum = hidden_states.new_zeros(running.shape, dtype=torch.float32)  # (b, n)
+        remainder = torch.zeros_like(halting_sum)
+        steps_run = torch.zeros(running.shape, dtype=torch.long, device=running.device)
+        output = torch.zeros_like(hidden_states)
+        for step in range(max_steps):
+            halting_probability = self.halting(hidden_states).float()  # (b, n)
+            halts = running & (
+                (halting_sum + halting_probability > self.config.act_threshold) | (step == max_steps - 1)
+            )
+            continues = running & ~halts
+            weight = torch.where(continues, halting_probability, torch.where(halts, 1 - halting_sum, 0.0))
+            remainder = torch.where(halts, 1 - halting_sum, remainder)
+            halting_sum = halting_sum + torch.where(continues, halting_probability, 0.0)
+            steps_run = steps_run + running.long()
+            hidden_states = self.layer(hidden_states, attention_mask, update_mask=running, need_weights=need_weights)
+            output = output + weight.unsqueeze(-1).to(hidden_states.dtype) * hidden_states
+            running = continues
+            if not torch.compiler.is_compiling() and not running.any():
+                break
+        ponder = (steps_run + remainder).masked_fill(~real, 0.0).sum(-1) / real.sum(-1).clamp_min(1)  # (b,)
+        return NDRModelOutput(last_hidden_state=output, ponder_cost=ponder, halting_steps=steps_run)
+
+    def _adaptive_steps(self, hidden_states, attention_mask, max_steps: int, need_weights: bool, compact: bool):
+        """Run each sample until the relative change of every real column's state in one step is below
+        `config.adaptive_threshold`, at most `max_steps`; a finished sample keeps its state. With `compact`, finished
+        samples leave the batch, so they cost nothing more; otherwise (per-step outputs are being recorded) the whole
+        batch runs and finished samples are frozen, so every recorded tensor keeps the full batch. A sample's result
+        does not depend on the rest of the batch either way."""
+        batch = hidden_states.shape[0]
+        real = self._real_columns(hidden_states, attention_mask)
+        threshold = self.config.adaptive_threshold
+        steps_taken = torch.zeros(batch, dtype=torch.long, device=hidden_states.device)
+        if compact:
+            active = torch.arange(batch, device=hidden_states.device)  # samples still running
+            for _ in range(max_steps):
+                old = hidden_states[active]
+                mask = None if attention_mask is None else attention_mask[active]
+                new = self.layer(old, mask, need_weights=need_weights)
+                hidden_states = hidden_states.index_copy(0, active, new)
+                steps_taken[active] += 1
+                active = active[relative_state_change(new, old, real[active]) >= threshold]
+                if active.numel() == 0:
+                    break
+        else:
+            running = torch.ones(batch, dtype=torch.bool, device=hidden_states.device)
+            for _ in range(max_steps):
+                update_mask = running.unsqueeze(-1) & real
+                new = self.layer(hidden_states, attention_mask, update_mask=update_mask, need_weights=need_weights)
+                steps_taken += running.long()
+                running = running & (relative_state_change(new, hidden_states, real) >= threshold)
+                hidden_states = new
+                if not running.any():
+                    break
+        return NDRModelOutput(last_hidden_state=hidden_states, num_steps_taken=steps_taken)
 
 
 def readout_positions(attention_mask: torch.Tensor, readout: str) -> torch.LongTensor:
@@ -364,6 +494,7 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.Tensor | None = None,
         num_steps: int | None = None,
+        adaptive_steps: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         output_gates: bool | None = None,
@@ -393,6 +524,7 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             num_steps=num_steps,
+            adaptive_steps=adaptive_steps,
             return_dict=True,
             **{name: value for name, value in flags.items() if value is not None},  # None: the config decides
         )
@@ -404,12 +536,17 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         if labels is not None:
             check_labels(labels, self.config)
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+            if outputs.ponder_cost is not None:
+                loss = loss + self.config.act_ponder_weight * outputs.ponder_cost.mean()
         return NDRSequenceClassifierOutput(
             loss=loss,
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             gates=outputs.gates,
+            ponder_cost=outputs.ponder_cost,
+            halting_steps=outputs.halting_steps,
+            num_steps_taken=outputs.num_steps_taken,
         )
 
 
@@ -436,4 +573,7 @@ __all__ = [
     "NDRModelOutput",
     "NDRSequenceClassifierOutput",
     "geometric_attention_weights",
+    "NDRDotProductAttention",
+    "NDRMetricAttention",
+    "METRIC_PARAMETRIZATIONS",
 ]

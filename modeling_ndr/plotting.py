@@ -4,16 +4,21 @@ import torch
 
 
 @torch.no_grad()
-def plot_routing(model, tokenizer, text: str, num_steps: int | None = None, head: int | None = None, path=None):
+def plot_routing(
+    model, tokenizer, text: str, num_steps: int | None = None, head: int | None = None, path=None, adaptive=None
+):
     """Draw the paper's maps for one input: the copy gate of every column at every step (top; mean over channels,
     1 = the column takes its update) and the attention matrix of each step (below; mean over heads unless `head`).
 
     Args:
         model: an `NDRModel` or `NDRForSequenceClassification`.
         tokenizer: its tokenizer; `text` is encoded with it (one sequence, no padding).
-        num_steps (`int`, *optional*): steps to run (default: the model's evaluation step count).
+        num_steps (`int`, *optional*): steps to draw (default: the model's evaluation step count, or with adaptive
+            steps the step where the sample stopped, if that is later).
         head (`int`, *optional*): show this attention head instead of the mean over heads.
         path (*optional*): save the figure there (any format matplotlib knows, e.g. `routing.png`).
+        adaptive (`bool`, *optional*): mark where the sample stops with adaptive steps (a red line on the gate map
+            and in the title); defaults to `model.config.adaptive_steps`.
 
     Returns:
         `matplotlib.figure.Figure`.
@@ -23,7 +28,13 @@ def plot_routing(model, tokenizer, text: str, num_steps: int | None = None, head
     was_training = model.training
     model.eval()
     encoding = tokenizer([text], return_tensors="pt").to(model.device)
-    outputs = model(**encoding, num_steps=num_steps, output_attentions=True, output_gates=True)
+    adaptive = model.config.adaptive_steps if adaptive is None else adaptive
+    stopped = None
+    if adaptive:
+        stopped = int(model(**encoding, adaptive_steps=True).num_steps_taken[0])
+        if num_steps is None:
+            num_steps = max(stopped, model.config.eval_num_hidden_layers or model.config.num_hidden_layers)
+    outputs = model(**encoding, num_steps=num_steps, adaptive_steps=False, output_attentions=True, output_gates=True)
     model.train(was_training)
     tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"][0])
     attentions = torch.stack(outputs.attentions)[:, 0]  # (steps, heads, seq, seq)
@@ -42,6 +53,8 @@ def plot_routing(model, tokenizer, text: str, num_steps: int | None = None, head
         gate_axis.set_xticks(range(steps), [str(s + 1) for s in range(steps)])
         gate_axis.set_xlabel("step")
         gate_axis.set_title("copy gate (1 = update, 0 = copy)")
+        if stopped is not None:
+            gate_axis.axvline(stopped - 0.5, color="red", linewidth=2)
         figure.colorbar(image, ax=gate_axis)
     for step in range(steps):
         axis = figure.add_subplot(grid[1 + step // columns, step % columns])
@@ -49,7 +62,8 @@ def plot_routing(model, tokenizer, text: str, num_steps: int | None = None, head
         axis.set_title(f"step {step + 1}", fontsize=9)
         axis.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=7)
         axis.set_yticks(range(len(tokens)), tokens, fontsize=7)
-    figure.suptitle(f"{text}  →  {_prediction(model, outputs)}")
+    stop = "" if stopped is None else f"  (adaptive: stops after step {stopped})"
+    figure.suptitle(f"{text}  →  {_prediction(model, outputs)}{stop}")
     if path is not None:
         figure.savefig(path, dpi=110)
     return figure

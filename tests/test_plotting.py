@@ -24,3 +24,13 @@ def test_plot_routing_draws_gate_and_one_panel_per_step(tmp_path):
     assert len(figure.axes) == 1 + 3 + 1, "gate map, one attention map per step, and the gate's colour bar"
     assert (tmp_path / "routing.png").stat().st_size > 1000
     assert model.training, "the model's train/eval mode is restored"
+
+
+def test_plot_routing_marks_where_an_adaptive_sample_stops(tmp_path):
+    tokenizer = task_tokenizer("ctl")
+    config = NDRConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=16, num_hidden_layers=3,
+                       num_labels=8, adaptive_steps=True, adaptive_threshold=1e-12, max_adaptive_steps=5)  # fmt: skip
+    figure = plot_routing(NDRForSequenceClassification(config), tokenizer, "b a 101", path=tmp_path / "routing.png")
+    assert "stops after step 5" in figure._suptitle.get_text(), "the title says where the sample stopped"
+    assert len(figure.axes) == 1 + 5 + 1, "the steps up to the stop are drawn"
+    assert any(line.get_color() == "red" for line in figure.axes[0].lines), "a red line marks the stop"

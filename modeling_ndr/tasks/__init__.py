@@ -57,7 +57,7 @@ Task details:
 """
 
 from .common import GENERATOR_VERSION, MAX_TOKENS, SPLIT_NAMES, TASK_NAMES
-from .ctl import CTL_DIRECTIONS, CTL_FUNCTIONS, CTL_SYMBOLS, ctl_tables
+from .ctl import CTL_DIRECTIONS, CTL_FUNCTIONS, CTL_SYMBOLS, ctl_compositions, ctl_tables
 from .generation import load_task, split_description
 from .vocabulary import task_label_names, task_readout, task_tokenizer, task_vocabulary
 
@@ -71,6 +71,7 @@ __all__ = [
     "CTL_FUNCTIONS",
     "CTL_DIRECTIONS",
     "ctl_tables",
+    "ctl_compositions",
     "load_task",
     "split_description",
     "task_label_names",

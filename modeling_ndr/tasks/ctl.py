@@ -70,3 +70,29 @@ def ctl_space(depth: int) -> int:
 
 def ctl_text_in_direction(forward_text: str, direction: str) -> str:
     return forward_text if direction == "forward" else " ".join(reversed(forward_text.split(" ")))
+
+
+def ctl_compositions(
+    depths, n_per_depth: int, seed: int = 0, direction: str = "forward", sample_seed: int = 1
+) -> list[dict]:
+    """CTL samples of any depth with the tables of `seed` (e.g. compositions longer than any split): `n_per_depth`
+    distinct rows per depth, `{"text", "label", "depth"}`, drawn from a stream seeded by `sample_seed` and the depth.
+
+    The splits of `load_task` stop at depth 10; this makes deeper test sets for the same functions."""
+    if direction not in CTL_DIRECTIONS:
+        raise ValueError(f"direction={direction!r} is not allowed; choose one of {CTL_DIRECTIONS}")
+    tables = ctl_tables(seed)
+    rows = []
+    for depth in depths:
+        if n_per_depth > ctl_space(depth):
+            raise ValueError(f"depth {depth} has only {ctl_space(depth)} distinct samples, not {n_per_depth}")
+        stream = ctl_stream(random.Random(derive_seed(sample_seed, "ctl", "ood_test", depth)), tables, depth)
+        seen = set()
+        while len(seen) < n_per_depth:
+            text, label = next(stream)
+            if text not in seen:
+                seen.add(text)
+                if direction == "backward":
+                    text = " ".join(reversed(text.split(" ")))
+                rows.append({"text": text, "label": label, "depth": depth})
+    return rows

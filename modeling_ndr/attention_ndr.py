@@ -1,0 +1,274 @@
+"""Attention of the NDR encoder and of the paper's baselines, as configuration of one model (Csordás et al., 2022).
+
+Three config axes pick the attention; each allowed value is listed in `configuration_ndr` and implemented here once:
+
+* `attention_scores` picks the class (`ATTENTION_CLASSES`): `"dot"` scores `q_i . k_j` with separate query, key and
+  value projections; `"metric"` scores `p_i^T M p_j` with one projection per head (metric-tensor attention).
+* `attention_type` picks how scores become weights: `"geometric"` (`geometric_ndr`) or `"softmax"`.
+* `position_encoding` picks the position term: `"direction"` (the NDR's per-query logit terms for keys on the left and
+  on the right, Sec. 3.2 of the paper), `"relative"` (Transformer-XL, Dai et al. 2019, Sec. 3.3), `"gated"` (the
+  paper's "+abs/rel" baseline: a per-query gate between the relative and an absolute term), `"absolute"` (sinusoidal
+  encodings added to the embeddings by the model, Vaswani et al. 2017, Sec. 3.5; nothing here) or `"none"`.
+
+Every attention class has the same interface: `forward(hidden_states, attention_mask, need_weights) -> (output,
+weights)`, weights of shape `(batch, heads, seq, seq)` (`None` only when `need_weights=False` let softmax attention
+take torch's fused kernel). Attention dropout acts on the keys, never on the weights (as in the NDR release).
+
+Tensor dimensions: b batch, h heads, i query, j key (n positions), d hidden size, e head size (d / h).
+"""
+
+import math
+from functools import lru_cache
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .configuration_ndr import NDRConfig
+from .geometric_ndr import geometric_attention_weights
+
+
+def sinusoidal_encoding(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """`P(pos)[2k] = sin(pos / 10000^(2k / dim))`, `P(pos)[2k + 1] = cos(pos / 10000^(2k / dim))` (Vaswani et al.).
+
+    `positions` of any shape (integers, may be negative) → `(*positions.shape, dim)` float32."""
+    frequencies = torch.exp(
+        torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) * (-math.log(10000.0) / dim)
+    )  # (ceil(dim / 2),)
+    angles = positions.to(torch.float32).unsqueeze(-1) * frequencies  # (..., ceil(dim / 2))
+    encoding = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # sin, cos interleaved
+    return encoding[..., :dim]
+
+
+def position_ids(attention_mask: torch.Tensor | None, batch: int, seq: int, device: torch.device) -> torch.Tensor:
+    """Position of every token counted over the real tokens only, so left padding does not shift it: (b, n)."""
+    if attention_mask is None:
+        return torch.arange(seq, device=device).expand(batch, seq)
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@lru_cache(maxsize=64)
+def _relative_index(n: int, device: torch.device) -> torch.Tensor:
+    """For each (i, j), the row of a table of offsets -(n-1) .. n-1 that holds `j - i`: (n, n)."""
+    i = torch.arange(n, device=device).unsqueeze(1)
+    j = torch.arange(n, device=device).unsqueeze(0)
+    return j - i + n - 1
+
+
+def direction_logits(content: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """`content_ij + (right_i if j > i else left_i)` for (b, h, n, n) content and (b, h, n) terms."""
+    n = content.shape[-1]
+    key_is_right = torch.ones(n, n, dtype=torch.bool, device=content.device).triu(1)
+    return content + torch.where(key_is_right, right.unsqueeze(-1), left.unsqueeze(-1))
+
+
+def softmax_attention_weights(logits: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the keys (in float32), padded keys excluded; a row without any key stays finite (uniform)."""
+    logits = logits.float()
+    if attention_mask is not None:
+        logits = logits.masked_fill(attention_mask[:, None, None, :] == 0, torch.finfo(torch.float32).min)
+    return torch.softmax(logits, dim=-1)
+
+
+class NDRAttentionBase(nn.Module):
+    """What all attention classes share: the heads, the position terms and turning scores into weights.
+
+    Subclasses make `query` (already scaled), `key` (after key dropout) and `value` and call `attend`."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.attention_type = config.attention_type
+        self.position_encoding = config.position_encoding
+        self.normalize = config.normalize_attention
+        self.key_dropout = nn.Dropout(config.attention_dropout)
+        d, h = config.hidden_size, config.num_attention_heads
+        if config.position_encoding == "direction":
+            self.direction_proj = nn.Linear(d, 2 * h)  # (left, right) logit terms per head, from the query column
+            self.direction_scale = nn.Parameter(torch.empty(1))  # beta
+        if config.position_encoding in ("relative", "gated"):
+            self.relative_proj = nn.Linear(d, d, bias=False)  # W_p, applied to sinusoidal encodings
+            self.relative_position_bias = nn.Parameter(torch.empty(h, self.head_size))  # v of Transformer-XL
+        if config.position_encoding == "gated":
+            self.position_gate_proj = nn.Linear(d, h)  # r_i = sigmoid(W_r h_i + b_r): relative (1) or absolute (0)
+        if config.attention_type == "geometric":
+            self.logit_bias = nn.Parameter(torch.empty(1))  # gamma
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.num_heads, -1).transpose(1, 2)  # (b, h, n, e)
+
+    def _merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, n, _ = x.shape
+        return x.transpose(1, 2).reshape(b, n, -1)  # (b, n, d)
+
+    def relative_logits(
+        self, hidden_states: torch.Tensor, position_query: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """`(q_i + v) . W_p P(j - i)` (relative), or for `gated` that term times `r_i` plus `(1 - r_i)` times the
+        absolute term `(q_i + v) . W_p P(j)`. `position_query` is the (scaled) `q_i + v`:
+        (b, h, n, e) → (b, h, n, n)."""
+        b, n, d = hidden_states.shape
+        offsets = torch.arange(-(n - 1), n, device=hidden_states.device)  # (2n - 1,)
+        table = self.relative_proj(sinusoidal_encoding(offsets, d).to(hidden_states.dtype))  # (2n - 1, d)
+        table = table.view(2 * n - 1, self.num_heads, self.head_size).transpose(0, 1)  # (h, 2n - 1, e)
+        by_offset = position_query @ table.transpose(-1, -2)  # (b, h, n, 2n - 1)
+        relative = by_offset.gather(-1, _relative_index(n, hidden_states.device).expand(b, self.num_heads, n, n))
+        if self.position_encoding == "relative":
+            return relative
+        positions = position_ids(attention_mask, b, n, hidden_states.device)
+        absolute_table = self._split_heads(
+            self.relative_proj(sinusoidal_encoding(positions, d).to(hidden_states.dtype))
+        )  # (b, h, n, e): W_p P(j) of every key
+        absolute = position_query @ absolute_table.transpose(-1, -2)  # (b, h, n, n)
+        gate = torch.sigmoid(self.position_gate_proj(hidden_states)).transpose(1, 2).unsqueeze(-1)  # (b, h, n, 1)
+        return gate * relative + (1 - gate) * absolute
+
+    def attend(
+        self,
+        hidden_states: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        need_weights: bool,
+        position_query: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Scores, position terms, weights and the weighted values: (b, h, n, e) each → ((b, h, n, e), weights)."""
+        b, n, _ = hidden_states.shape
+        left = right = None
+        if self.position_encoding == "direction":
+            left, right = self.direction_proj(hidden_states).view(b, n, self.num_heads, 2).permute(3, 0, 2, 1)
+            left, right = self.direction_scale * left, self.direction_scale * right  # (b, h, n)
+
+        if self.attention_type == "softmax" and left is None and position_query is None and not need_weights:
+            # nothing but q . k: torch's fused kernel (no (n, n) weights kept)
+            mask = None if attention_mask is None else (attention_mask != 0)[:, None, None, :]
+            output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=1.0)
+            return output, None
+
+        content = query @ key.transpose(-1, -2)  # (b, h, n, n)
+        if position_query is not None:
+            content = content + self.relative_logits(hidden_states, position_query, attention_mask)
+        if self.attention_type == "softmax":
+            logits = content if left is None else direction_logits(content, left, right)
+            weights = softmax_attention_weights(logits, attention_mask)
+        else:
+            # gamma joins the per-row terms, which the geometric kernel adds itself
+            if left is None:
+                left = right = self.logit_bias.expand(b, self.num_heads, n)
+            else:
+                left, right = left + self.logit_bias, right + self.logit_bias
+            weights = geometric_attention_weights(content, attention_mask, left=left, right=right)
+            if self.normalize:
+                weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
+        return weights.to(value.dtype) @ value, weights
+
+
+class NDRDotProductAttention(NDRAttentionBase):
+    """Multi-head attention with `q_i . k_j` scores: `q = W_q h + b` (the content bias), `k = W_k h`, `v = W_v h`,
+    output `W_o`. The scale is learned (init 1/sqrt(e)) for geometric attention (alpha of the NDR) and for the
+    relative terms (s of Transformer-XL); plain softmax attention uses the fixed 1/sqrt(e)."""
+
+    def __init__(self, config: NDRConfig):
+        super().__init__(config)
+        d = config.hidden_size
+        self.q_proj = nn.Linear(d, d, bias=True)  # the bias is the content bias (u of Transformer-XL)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        if config.attention_type == "geometric" or config.position_encoding in ("relative", "gated"):
+            self.scale = nn.Parameter(torch.empty(1))
+        else:
+            self.scale = 1.0 / math.sqrt(self.head_size)  # a constant, not a buffer: nothing to save or to load
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        query = self._split_heads(self.q_proj(hidden_states)) * self.scale  # scale (b, h, n, e), not (n, n)
+        key = self._split_heads(self.key_dropout(self.k_proj(hidden_states)))
+        value = self._split_heads(self.v_proj(hidden_states))
+        position_query = None
+        if self.position_encoding in ("relative", "gated"):
+            # s (q_i + v): the query with the position bias v in place of the content bias u
+            content_bias = self.q_proj.bias.view(self.num_heads, 1, self.head_size)
+            position_query = query + self.scale * (self.relative_position_bias.unsqueeze(1) - content_bias)
+        output, weights = self.attend(
+            hidden_states, query, key, value, attention_mask, need_weights, position_query=position_query
+        )
+        return self.o_proj(self._merge_heads(output)), weights
+
+
+def _symmetric(parameter: torch.Tensor) -> torch.Tensor:
+    return (parameter + parameter.transpose(-1, -2)) / 2
+
+
+def _positive_semidefinite(parameter: torch.Tensor) -> torch.Tensor:
+    return parameter @ parameter.transpose(-1, -2)
+
+
+def _diagonal(parameter: torch.Tensor) -> torch.Tensor:
+    return torch.diag_embed(parameter)
+
+
+# metric_tensor -> (the metric M (h, e, e) from the learned parameter, shape of the parameter given h and e)
+METRIC_PARAMETRIZATIONS = {
+    "symmetric": (_symmetric, lambda h, e: (h, e, e)),
+    "psd": (_positive_semidefinite, lambda h, e: (h, e, e)),
+    "diagonal": (_diagonal, lambda h, e: (h, e)),
+}
+
+
+class NDRMetricAttention(NDRAttentionBase):
+    """Metric-tensor attention (the nlp-metaformer idea): one projection per head, `p_i = P h_i`, serves as query,
+    key and value; scores are `p_i^T M p_j / sqrt(e)` with a learned symmetric `e x e` metric `M` per head (initialised
+    to the identity), then softmax or geometric weights, `o_i = sum_j A_ij p_j`, and an output projection.
+
+    What `M` adds, said plainly: any symmetric `M = U diag(s) U^T` is tied query/key attention (q = k = U^T p) with a
+    signed reweighting `s` of the directions; a positive semidefinite `M = L L^T` is exactly tied attention with
+    `q = k = L^T p` after a change of basis, so `"psd"` adds nothing over tied Q = K. The scores are symmetric
+    (`r_ij = r_ji`): with geometric weights, left and right come from the `direction` term only.
+    """
+
+    def __init__(self, config: NDRConfig):
+        super().__init__(config)
+        d = config.hidden_size
+        self.p_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.metric_tensor_type = config.metric_tensor
+        _, shape = METRIC_PARAMETRIZATIONS[config.metric_tensor]
+        self.metric = nn.Parameter(torch.empty(shape(self.num_heads, self.head_size)))
+        self.scale = 1.0 / math.sqrt(self.head_size)
+
+    def metric_tensor(self) -> torch.Tensor:
+        """The metric `M` of every head: (h, e, e), symmetric."""
+        build, _ = METRIC_PARAMETRIZATIONS[self.metric_tensor_type]
+        return build(self.metric)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, need_weights: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        projected = self.p_proj(hidden_states)
+        value = self._split_heads(projected)  # (b, h, n, e)
+        key = self._split_heads(self.key_dropout(projected))
+        query = (value @ self.metric_tensor()) * self.scale  # p_i^T M / sqrt(e)
+        output, weights = self.attend(hidden_states, query, key, value, attention_mask, need_weights)
+        return self.o_proj(self._merge_heads(output)), weights
+
+
+ATTENTION_CLASSES = {"dot": NDRDotProductAttention, "metric": NDRMetricAttention}
+# The position encodings handled here; "absolute" is added to the embeddings by the model.
+POSITION_TERMS = ("direction", "relative", "gated", "none")
+ATTENTION_WEIGHT_FUNCTIONS = {"geometric": geometric_attention_weights, "softmax": softmax_attention_weights}
+
+__all__ = [
+    "NDRAttentionBase",
+    "NDRDotProductAttention",
+    "NDRMetricAttention",
+    "ATTENTION_CLASSES",
+    "ATTENTION_WEIGHT_FUNCTIONS",
+    "METRIC_PARAMETRIZATIONS",
+    "sinusoidal_encoding",
+    "position_ids",
+]

@@ -1,0 +1,166 @@
+"""Adaptive computation: ACT halting per column, and inference that runs each sample until its state stops changing."""
+
+import pytest
+import torch
+
+from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel
+
+
+def tiny_config(**overrides) -> NDRConfig:
+    values = dict(vocab_size=12, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_hidden_layers=3,
+                  num_labels=3, hidden_dropout_prob=0.0, attention_dropout=0.0, gate_dropout=0.0)  # fmt: skip
+    values.update(overrides)
+    return NDRConfig(**values)
+
+
+def random_ids(batch, seq, seed):
+    ids = torch.randint(4, 12, (batch, seq), generator=torch.Generator().manual_seed(seed))
+    ids[:, 0], ids[:, -1] = 2, 3
+    return ids
+
+
+# ----------------------------------------------------------------------------------------------------------- ACT
+
+
+def test_act_on_a_hand_computed_case():
+    """3 steps; column 0 halts at step 2 with a remainder, column 1 runs to the cap, column 2 halts at once."""
+    torch.manual_seed(0)
+    model = NDRModel(tiny_config(halting="act", act_threshold=0.99)).eval()
+    probabilities = iter(torch.tensor([[[0.3, 0.1, 0.995]], [[0.8, 0.1, 0.5]], [[0.5, 0.1, 0.5]]]))
+    model.halting.forward = lambda hidden_states: next(probabilities)  # fixed halting probabilities per step
+    input_ids = random_ids(1, 3, seed=1)
+    out = model(input_ids)
+
+    # the states by hand: a halted column is copied (update_mask 0) from the step after it halted
+    states = [model.embeddings(input_ids)]
+    for running in ([True, True, True], [True, True, False], [False, True, False]):
+        states.append(model.layer(states[-1], None, update_mask=torch.tensor([running])))
+    s1, s2, s3 = states[1][0], states[2][0], states[3][0]
+    expected = torch.stack([0.3 * s1[0] + 0.7 * s2[0], 0.1 * s1[1] + 0.1 * s2[1] + 0.8 * s3[1], 1.0 * s1[2]])
+    torch.testing.assert_close(out.last_hidden_state[0], expected, msg="output = sum_t w_t h_t, remainder last")
+    assert out.halting_steps.tolist() == [[2, 3, 1]], "N(t): steps each column ran"
+    expected_ponder = ((2 + 0.7) + (3 + 0.8) + (1 + 1.0)) / 3  # N + R, averaged over the real columns
+    assert out.ponder_cost.item() == pytest.approx(expected_ponder), "ponder cost N + R"
+
+
+def test_act_uses_every_step_when_the_threshold_is_never_reached():
+    model = NDRModel(tiny_config(halting="act", act_threshold=1.0, num_hidden_layers=5)).eval()
+    out = model(random_ids(3, 6, seed=2), attention_mask=torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 6]))
+    assert out.halting_steps.tolist() == [[5] * 6, [5] * 4 + [0] * 2, [5] * 6], "no column halts before the cap"
+    assert (out.ponder_cost > 5).all(), "N = 5 plus a positive remainder"
+
+
+def test_act_padded_columns_neither_count_nor_change():
+    torch.manual_seed(0)
+    model = NDRForSequenceClassification(tiny_config(halting="act")).eval()
+    ids = random_ids(1, 5, seed=3)
+    padded = torch.cat([ids, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[1] * 5 + [0] * 3])
+    alone, in_padding = model(ids), model(padded, attention_mask=mask)
+    torch.testing.assert_close(in_padding.logits, alone.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(in_padding.ponder_cost, alone.ponder_cost, msg="padding adds no ponder cost")
+    assert in_padding.halting_steps[0, 5:].eq(0).all(), "padded columns run no step"
+
+
+def test_act_loss_adds_the_ponder_cost_and_trains_the_halting_unit():
+    torch.manual_seed(0)
+    model = NDRForSequenceClassification(tiny_config(halting="act", act_ponder_weight=0.01))
+    ids, labels = random_ids(4, 6, seed=4), torch.tensor([0, 1, 2, 1])
+    out = model(ids, labels=labels)
+    classification = torch.nn.functional.cross_entropy(out.logits, labels)
+    torch.testing.assert_close(out.loss, classification + 0.01 * out.ponder_cost.mean())
+    out.loss.backward()
+    gradient = model.ndr.halting.proj.weight.grad
+    assert gradient is not None and gradient.abs().sum() > 0, "the halting unit receives a gradient"
+
+
+# ---------------------------------------------------------------------------------------------- adaptive steps
+
+
+def shut_gates(model):
+    with torch.no_grad():
+        model.ndr.layer.copy_gate.fc_out.weight.zero_()
+        model.ndr.layer.copy_gate.fc_out.bias.fill_(-1e4)
+
+
+def test_a_model_with_shut_gates_stops_after_one_step_and_returns_its_input():
+    model = NDRForSequenceClassification(tiny_config(adaptive_steps=True)).eval()
+    shut_gates(model)
+    ids = random_ids(3, 6, seed=5)
+    out = model.ndr(ids)
+    assert out.num_steps_taken.tolist() == [1, 1, 1], "nothing changed in the first step: done"
+    torch.testing.assert_close(out.last_hidden_state, model.ndr.embeddings(ids), msg="the input state, unchanged")
+
+
+def per_sample_changes(model, ids, mask, steps):
+    """Relative state change of every sample at every step of a fixed-step run: (steps, batch)."""
+    states = model.ndr(ids, attention_mask=mask, num_steps=steps, adaptive_steps=False, output_hidden_states=True)
+    states = states.hidden_states
+    changes = [(new - old).norm(dim=-1) / old.norm(dim=-1) for old, new in zip(states[:-1], states[1:])]
+    return torch.stack([change.masked_fill(mask == 0, 0).amax(-1) for change in changes])
+
+
+def test_a_sample_gets_the_same_result_alone_and_in_a_batch_with_harder_samples():
+    torch.manual_seed(0)
+    model = NDRForSequenceClassification(tiny_config(adaptive_steps=True, max_adaptive_steps=12)).eval()
+    ids = random_ids(6, 8, seed=6)
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0  # a shorter sample, padded
+    ids[0, 4] = 3
+    changes = per_sample_changes(model, ids, mask, steps=12)
+    model.config.adaptive_threshold = changes[3].median().item()  # some samples finish early, others late
+    batch = model(ids, attention_mask=mask)
+    assert len(set(batch.num_steps_taken.tolist())) > 1, "the samples of this batch finish at different steps"
+    for row in range(6):
+        length = int(mask[row].sum())
+        alone = model(ids[row : row + 1, :length])
+        assert alone.num_steps_taken.item() == batch.num_steps_taken[row].item(), f"sample {row}: same step count"
+        torch.testing.assert_close(alone.logits[0], batch.logits[row], atol=1e-5, rtol=1e-5, msg=f"sample {row}")
+
+
+def test_recording_per_step_outputs_does_not_change_adaptive_results():
+    torch.manual_seed(0)
+    model = NDRForSequenceClassification(tiny_config(adaptive_steps=True, max_adaptive_steps=10)).eval()
+    ids = random_ids(5, 7, seed=7)
+    mask = torch.ones_like(ids)
+    model.config.adaptive_threshold = per_sample_changes(model, ids, mask, steps=10)[2].median().item()
+    compact = model(ids)
+    recorded = model(ids, output_attentions=True, output_gates=True)
+    assert recorded.num_steps_taken.tolist() == compact.num_steps_taken.tolist()
+    torch.testing.assert_close(recorded.logits, compact.logits, atol=1e-5, rtol=1e-5)
+    steps = int(recorded.num_steps_taken.max())
+    assert len(recorded.attentions) == len(recorded.gates) == steps, "one entry per step run"
+    assert all(a.shape[0] == 5 for a in recorded.attentions), "every recorded step holds the whole batch"
+    finished = recorded.num_steps_taken.tolist().index(min(recorded.num_steps_taken.tolist()))
+    after = recorded.gates[int(recorded.num_steps_taken[finished])]  # the step after that sample finished
+    assert (after[finished] == 0).all(), "a finished sample copies: its gates are shut"
+
+
+def test_the_cap_is_respected():
+    model = NDRForSequenceClassification(tiny_config(adaptive_steps=True, adaptive_threshold=1e-12)).eval()
+    out = model(random_ids(3, 6, seed=8))
+    assert out.num_steps_taken.tolist() == [6, 6, 6], "max_adaptive_steps defaults to 2 x num_hidden_layers"
+    assert model(random_ids(2, 6, seed=8), num_steps=4).num_steps_taken.tolist() == [4, 4], "num_steps caps it"
+
+
+def test_adaptive_steps_off_reproduces_the_fixed_step_outputs_exactly():
+    torch.manual_seed(0)
+    fixed = NDRForSequenceClassification(tiny_config()).eval()
+    adaptive = NDRForSequenceClassification(tiny_config(adaptive_steps=True))
+    adaptive.load_state_dict(fixed.state_dict())
+    adaptive.eval()
+    ids = random_ids(4, 7, seed=9)
+    assert torch.equal(adaptive(ids, adaptive_steps=False).logits, fixed(ids).logits)
+    assert adaptive(ids, adaptive_steps=False).num_steps_taken is None
+    adaptive.train()
+    assert torch.equal(adaptive(ids).logits, fixed.train()(ids).logits), "training always runs the fixed steps"
+
+
+def test_the_halting_unit_starts_unlikely_to_halt_also_after_reloading(tmp_path):
+    model = NDRForSequenceClassification(tiny_config(halting="act"))
+    bias = model.ndr.halting.proj.bias
+    assert bias.item() == -3.0, "act_halting_bias_init: sigmoid(-3) ≈ 0.05, so no column halts early at the start"
+    assert model.ndr.halting.proj.weight.std().item() < 0.05, "small weights (initializer_range)"
+    model.save_pretrained(tmp_path)
+    reloaded = NDRForSequenceClassification.from_pretrained(tmp_path)
+    assert torch.equal(reloaded.ndr.halting.proj.bias, bias), "a loaded model keeps its trained halting unit"
