@@ -368,11 +368,15 @@ def _backward(ctx, grad):
 _geometric_attention_cpu.register_autograd(_backward, setup_context=_setup_context)
 
 
+@torch.compiler.assume_constant_result  # evaluated once when torch.compile traces, not a graph break
+def cpu_kernel_available() -> bool:
+    """Whether the fused CPU kernel is selected (`NDR_GEOMETRIC_KERNEL`) and builds here."""
+    return kernel_mode() != "torch" and load_cpu_kernel() is not None
+
+
 def uses_cpu_kernel(tensor: torch.Tensor) -> bool:
     """Whether `geometric_attention_weights` computes `tensor`'s weights with the fused CPU kernel."""
-    if tensor.device.type != "cpu" or kernel_mode() == "torch":
-        return False
-    return load_cpu_kernel() is not None
+    return tensor.device.type == "cpu" and cpu_kernel_available()
 
 
 def geometric_attention_weights(

@@ -42,25 +42,30 @@ from .attention_ndr import (
     sinusoidal_encoding,
 )
 from .configuration_ndr import NDRConfig, as_python_scalar
+from .dropout_ndr import NDRDropout
 from .geometric_ndr import geometric_attention_weights
 
 
 class NDRUpdate(nn.Module):
-    """The candidate new state: `LayerNorm(W_2 dropout(relu(W_1 m)))` — no residual, the copy gate mixes instead."""
+    """The candidate new state: `LayerNorm(W_2 dropout(relu(W_1 m)))` — no residual, the copy gate mixes instead.
+
+    `forward` takes `W_1 m + b_1`: the layer computes the first layers of the update and of the gate in one matrix
+    product."""
 
     def __init__(self, config: NDRConfig):
         super().__init__()
         self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = NDRDropout(config.hidden_dropout_prob)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.layer_norm(self.fc_out(self.dropout(F.relu(self.fc_in(hidden_states)))))
+    def forward(self, inner: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(self.fc_out(self.dropout(F.relu(inner))))
 
 
 class NDRCopyGate(nn.Module):
-    """Per column and channel, how much of the update to take: `sigmoid(G_2 dropout(relu(G_1 m)))`.
+    """Per column and channel, how much of the update to take: `sigmoid(G_2 dropout(relu(G_1 m)))`; `forward` takes
+    `G_1 m + c_1` (see `NDRUpdate`).
 
     Columns may be forced to copy (gate 0): by gate dropout in training, and where `update_mask` is 0 (padding, a
     column that has halted, a sample that has finished)."""
@@ -69,11 +74,11 @@ class NDRCopyGate(nn.Module):
         super().__init__()
         self.fc_in = nn.Linear(config.hidden_size, config.hidden_size)
         self.fc_out = nn.Linear(config.hidden_size, config.hidden_size)  # its bias starts at gate_bias_init
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = NDRDropout(config.hidden_dropout_prob)
         self.gate_dropout = config.gate_dropout
 
-    def forward(self, hidden_states: torch.Tensor, update_mask: torch.Tensor | None = None) -> torch.Tensor:
-        gate = torch.sigmoid(self.fc_out(self.dropout(F.relu(self.fc_in(hidden_states)))))  # (b, n, d)
+    def forward(self, inner: torch.Tensor, update_mask: torch.Tensor | None = None) -> torch.Tensor:
+        gate = torch.sigmoid(self.fc_out(self.dropout(F.relu(inner))))  # (b, n, d)
         if self.training and self.gate_dropout > 0:
             # force whole columns of some samples to copy, so the model learns to rely on copying
             keep = torch.rand(gate.shape[:-1] + (1,), device=gate.device) >= self.gate_dropout  # (b, n, 1)
@@ -90,7 +95,7 @@ class NDRFeedForward(nn.Module):
         super().__init__()
         self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = NDRDropout(config.hidden_dropout_prob)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -122,7 +127,7 @@ class NDRLayer(GradientCheckpointingLayer):
         super().__init__()
         self.attention = ATTENTION_CLASSES[config.attention_scores](config)
         self.attention_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = NDRDropout(config.hidden_dropout_prob)
         if config.copy_gate:
             self.update = NDRUpdate(config)
             self.copy_gate = NDRCopyGate(config)
@@ -142,10 +147,16 @@ class NDRLayer(GradientCheckpointingLayer):
             new_states = self.feed_forward(mixed)
             if update_mask is None:
                 return new_states
-            return torch.where(update_mask.unsqueeze(-1), new_states, hidden_states)
-        update = self.update(mixed)
-        gate = self.copy_gate(mixed, update_mask)  # (b, n, d); recorded by a hook if asked for
-        return gate * update + (1 - gate) * hidden_states
+            return torch.where(update_mask.unsqueeze(-1), new_states.to(hidden_states.dtype), hidden_states)
+        # W_1 m and G_1 m in one matrix product (the weights stay two modules, so checkpoints keep their keys)
+        update_in, gate_in = self.update.fc_in, self.copy_gate.fc_in
+        inner = F.linear(
+            mixed, torch.cat([update_in.weight, gate_in.weight]), torch.cat([update_in.bias, gate_in.bias])
+        ).split([update_in.out_features, gate_in.out_features], dim=-1)
+        update = self.update(inner[0])
+        gate = self.copy_gate(inner[1], update_mask)  # (b, n, d); recorded by a hook if asked for
+        dtype = hidden_states.dtype  # under autocast the update may come out in lower precision than the state
+        return torch.lerp(hidden_states, update.to(dtype), gate.to(dtype))  # g u + (1 - g) h
 
 
 @dataclass

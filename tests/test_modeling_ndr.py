@@ -129,6 +129,7 @@ def test_geometric_attention_is_float32_for_low_precision_logits():
 
 
 def test_gates_start_near_sigmoid_minus_three():
+    torch.manual_seed(0)  # the mean gate at init varies with the draw (0.05-0.09 over seeds): make the test exact
     model = NDRModel(tiny_config()).eval()
     input_ids, mask = random_batch()
     gates = model(input_ids, attention_mask=mask, output_gates=True).gates

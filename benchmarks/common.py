@@ -1,0 +1,80 @@
+"""What the benchmarks share: interleaved timing, machine facts, markdown tables, and loading an earlier commit's
+model code next to the current one."""
+
+import datetime
+import importlib
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable
+
+import torch
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The commit before the performance work (issue 11): "before" in the comparisons.
+REFERENCE_COMMIT = "6cddcbd"
+
+
+def machine() -> dict:
+    """The facts a timing depends on."""
+    cpu = platform.processor() or platform.machine()
+    if os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+def interleaved(contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> dict[str, float]:
+    """Median seconds per call of each contender, calling them in turn each round (machine noise hits all alike)."""
+    times = {name: [] for name in contenders}
+    for round_index in range(warmup + repeats):
+        for name, function in contenders.items():
+            start = time.perf_counter()
+            function()
+            if round_index >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def markdown(rows: list[dict]) -> str:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row.get(column, "")) for column in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def load_reference_package(commit: str = REFERENCE_COMMIT, name: str = "ndr_reference"):
+    """The model code of `commit` as package `name` (its modeling files only: its `__init__` would register the
+    same auto classes again). Returns the package's `modeling_ndr` module."""
+    if f"{name}.modeling_ndr" in sys.modules:
+        return sys.modules[f"{name}.modeling_ndr"]
+    folder = os.path.join(tempfile.gettempdir(), f"{name}-{commit}")
+    if not os.path.isdir(os.path.join(folder, "modeling_ndr")):
+        os.makedirs(folder, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", REPO, "archive", commit, "modeling_ndr"], capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+    package = types.ModuleType(name)
+    package.__path__ = [os.path.join(folder, "modeling_ndr")]
+    sys.modules[name] = package
+    return importlib.import_module(f"{name}.modeling_ndr")
+
+
+def ratio(numerator: float, denominator: float) -> str:
+    return f"{numerator / denominator:.2f}x"
