@@ -38,6 +38,15 @@ demo-backward: $(STAMP)
 demo-backward-long: $(STAMP)
 	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_cpu_long DEMO_DIR=outputs/ctl_backward_cpu_long
 
+# the README's worked example (about 10 min after make demo): fine-tune the demo model on a new task (CTL with three
+# new functions, as jsonl) against the same size trained from scratch, then with the plain Trainer snippet
+EXAMPLE_DIR ?= outputs/example_finetune
+DEMO_MODEL ?= $(DEMO_DIR)/export
+example-finetune: $(STAMP)
+	test -f $(DEMO_MODEL)/config.json || $(MAKE) demo
+	OMP_NUM_THREADS=1 $(BIN)/python training/examples/finetune_example.py --demo_model $(DEMO_MODEL) \
+	    --output_dir $(EXAMPLE_DIR)
+
 # what CI runs (.ci/run): the linter, then the test suite
 test: lint
 	$(BIN)/python -m pytest -q

@@ -22,7 +22,7 @@ from .modeling_ndr import (
     NDRSequenceClassifierOutput,
     geometric_attention_weights,
 )
-from .tokenization_ndr import build_tokenizer
+from .tokenization_ndr import build_tokenizer, extend_tokenizer
 
 
 __version__ = "0.2.0"
@@ -66,5 +66,6 @@ __all__ = [
     "NDRSequenceClassifierOutput",
     "geometric_attention_weights",
     "build_tokenizer",
+    "extend_tokenizer",
     *_LAZY_NAMES,
 ]

@@ -104,6 +104,46 @@ def build_tokenizer(
     )
 
 
+def extend_tokenizer(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str]) -> PreTrainedTokenizerFast:
+    """A copy of a word-level `tokenizer` that also knows every word of `texts`; the ids it had do not change.
+
+    This is the word-level way of `tokenizer.add_tokens(words)`: added tokens are matched *inside* words before the
+    text is split (with `j` added, `ajk` would read as `a`, `j`, `k` instead of `[UNK]`), whereas here the new words
+    join the vocabulary itself. The new words get the next ids, in sorted order; then
+    `model.resize_token_embeddings(len(new_tokenizer))` gives them embedding rows and keeps the old rows.
+
+    Args:
+        tokenizer (`PreTrainedTokenizerFast`): a tokenizer made by `build_tokenizer` or `task_tokenizer`, or loaded
+            from a saved NDR model.
+        texts (`Iterable[str]`): lines of space-separated tokens (e.g. the new training data).
+
+    Returns:
+        `PreTrainedTokenizerFast`: the same tokenizer if every word is known, else a new one with the new words
+        appended (`len(new) - len(tokenizer)` of them).
+    """
+    if isinstance(texts, (str, bytes)):
+        raise ValueError(f"texts must be an iterable of lines, not one string: {texts[:40]!r}")
+    texts = list(texts)
+    _check_strings("texts", texts)
+    vocab = tokenizer.get_vocab()
+    new_words = sorted({token for text in texts for token in text.split()} - set(vocab))
+    if not new_words:
+        return tokenizer
+    tokens = sorted(vocab, key=vocab.get)
+    if (
+        type(tokenizer.backend_tokenizer.model).__name__ != "WordLevel"
+        or tokens[: len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS)
+        or [vocab[token] for token in tokens] != list(range(len(tokens)))
+    ):
+        raise ValueError(
+            "extend_tokenizer needs a word-level tokenizer made by build_tokenizer ([PAD] [UNK] [BOS] [EOS] at ids "
+            "0-3, then one id per word); use tokenizer.add_tokens for other tokenizers"
+        )
+    return build_tokenizer(
+        vocabulary=tokens[len(SPECIAL_TOKENS) :] + new_words, model_max_length=tokenizer.model_max_length
+    )
+
+
 def _check_strings(argument: str, values: list) -> None:
     for index, value in enumerate(values):
         if not isinstance(value, str):

@@ -294,3 +294,46 @@ def test_each_bad_combination_names_both_fields(values, fields):
 def test_the_metric_starts_at_the_identity(metric_tensor):
     attention = NDRModel(tiny_config(attention_scores="metric", metric_tensor=metric_tensor)).layer.attention
     torch.testing.assert_close(attention.metric_tensor(), torch.eye(8).expand(2, 8, 8), msg="M = I at init")
+
+
+# ------------------------------------------------------------------------------------------------ train.py --variant
+
+
+def load_train():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ndr_train_variants", REPO / "training" / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_variant_layers_over_the_preset_and_flags_still_win(tmp_path):
+    train = load_train()
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("task: ctl\nhidden_size: 64\ncopy_gate: true\nattention_type: geometric\n")
+    argv = ["--preset", str(preset), "--variant", "transformer", "--hidden_size", "32", "--output_dir", str(tmp_path)]
+    _, model_args, run_args, _, _ = train.parse_arguments(argv)
+    values = train.config_values(model_args, train.read_variant(run_args.variant), train.flags_on_command_line(argv))
+    assert values["attention_type"] == "softmax" and values["copy_gate"] is False, "the variant wins over the preset"
+    assert values["hidden_size"] == 32, "a command-line flag wins over everything but --config_overrides"
+    with pytest.raises(train.UsageError, match="available variants"):
+        train.read_variant("no_such_variant")
+
+
+def test_train_with_a_variant_exports_a_card_that_names_it(tmp_path):
+    train = load_train()
+    argv = ["--preset", "ctl_cpu", "--variant", "rel_gate", "--n_train", "200", "--n_eval", "16",
+            "--hidden_size", "16", "--intermediate_size", "16", "--num_hidden_layers", "2", "--max_steps", "2",
+            "--per_device_train_batch_size", "8", "--eval_steps", "2", "--save_steps", "2", "--report_to", "none",
+            "--disable_tqdm", "true", "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    train.main(argv)
+    export = tmp_path / "run" / "export"
+    config = json.loads((export / "config.json").read_text())
+    assert (config["attention_type"], config["position_encoding"], config["copy_gate"]) == (
+        "softmax",
+        "relative",
+        True,
+    )
+    card = (export / "README.md").read_text()
+    assert "the **rel_gate** variant" in card and "variant-rel_gate" in card, "the card names the variant"

@@ -11,6 +11,7 @@ or its parent (where `train.py` writes them) and copied along.
 import argparse
 import json
 import os
+import re
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -38,35 +39,78 @@ def _read_json(folder: str, name: str) -> dict | None:
 
 
 def results_table(eval_results: dict) -> str:
-    """Markdown table of each split's accuracy and its accuracy per depth (printed by train.py, used in the card)."""
-    depths = sorted({int(d) for split in eval_results.values() for d in split["by_depth"]})
-    lines = [
-        "| split | accuracy | " + " | ".join(f"depth {d}" for d in depths) + " |",
-        "|---|---|" + "---|" * len(depths),
-    ]
+    """Markdown table of each split's accuracy and its accuracy per depth (printed by train.py, used in the card and
+    by evaluate_model.py). Depth keys may be strings (as read from JSON) or integers; data without depths gives a
+    table of accuracies only."""
+    by_depth = {split: {int(d): a for d, a in values["by_depth"].items()} for split, values in eval_results.items()}
+    depths = sorted({d for values in by_depth.values() for d in values})
+    columns = ["split", "accuracy"] + [f"depth {d}" for d in depths]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for split, values in eval_results.items():
-        cells = [f"{values['by_depth'][str(d)]:.3f}" if str(d) in values["by_depth"] else "" for d in depths]
-        lines.append(f"| {split} | {values['accuracy']:.4f} | " + " | ".join(cells) + " |")
+        cells = [split, f"{values['accuracy']:.4f}"]
+        cells += [f"{by_depth[split][d]:.3f}" if d in by_depth[split] else "" for d in depths]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def own_data_name(task: dict) -> str | None:
+    """The name of a run's own data (`--dataset_name`'s last part, else the training file's folder), or None for
+    the paper's tasks."""
+    if task.get("dataset_name"):
+        return task["dataset_name"].rstrip("/").split("/")[-1]
+    if task.get("train_file"):
+        return os.path.basename(os.path.dirname(os.path.abspath(task["train_file"])))
+    return None
+
+
 def default_model_name(run_config: dict) -> str:
-    """`ndr-<task>` (`ndr-ctl-<direction>` for CTL)."""
+    """`ndr-<task>` (`ndr-ctl-<direction>` for CTL; `ndr-<dataset or data folder>` for your own data)."""
     task = run_config.get("task", {})
-    name = task.get("task", "ctl")
+    if (own := own_data_name(task)) is not None:
+        return "ndr-" + (re.sub(r"[^A-Za-z0-9._-]+", "-", own).strip("-") or "own-data")
+    name = task.get("task") or "ctl"
     return f"ndr-{name}-{task.get('direction') or 'forward'}" if name == "ctl" else f"ndr-{name}"
+
+
+def task_description(task: dict) -> tuple[str, str]:
+    """(the title of the data, the call or flags that made it) for the model card."""
+    if task.get("dataset_name"):
+        config = f", {task['dataset_config_name']!r}" if task.get("dataset_config_name") else ""
+        return task["dataset_name"], f"load_dataset({task['dataset_name']!r}{config})"
+    if task.get("train_file"):
+        return f"own data ({own_data_name(task)})", f"--train_file {task['train_file']}"
+    task_name = task.get("task") or "ctl"
+    options = {k: v for k, v in task.items() if k in ("direction", "n_train", "n_eval") and v is not None}
+    call = f"load_task({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
+    return TASK_TITLES[task_name].format(direction=task.get("direction") or "forward"), call
+
+
+# The fields that tell the variants apart; a card lists those that differ from the NDR.
+VARIANT_FIELDS = ("attention_type", "position_encoding", "attention_scores", "metric_tensor", "copy_gate",
+                  "normalize_attention", "halting", "adaptive_steps")  # fmt: skip
+
+
+def variant_description(config, variant: str | None) -> str | None:
+    """`None` for the NDR itself, else a sentence naming the variant and how its config differs from the NDR's."""
+    defaults = type(config)()
+    differences = [
+        f"`{f}={getattr(config, f)!r}`" for f in VARIANT_FIELDS if getattr(config, f) != getattr(defaults, f)
+    ]
+    if not differences and variant in (None, "ndr"):
+        return None
+    name = f"the **{variant}** variant" if variant else "a variant"
+    return f"This is {name} of the model: " + (", ".join(differences) or "the NDR's settings") + "."
 
 
 def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) -> ModelCard:
     task = run_config.get("task", {})
-    task_name = task.get("task", "ctl")
-    direction = task.get("direction") or "forward"
+    title, task_call = task_description(task)
     dataset_name = default_model_name(run_config)
     results = [
         EvalResult(
             task_type="text-classification",
             dataset_type=dataset_name,
-            dataset_name=TASK_TITLES[task_name].format(direction=direction),
+            dataset_name=title,
             dataset_split=split,
             metric_type="accuracy",
             metric_value=values["accuracy"],
@@ -78,7 +122,9 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         library_name="transformers",
         license="mit",
         pipeline_tag="text-classification",
-        tags=["ndr", "neural-data-router", "systematic-generalization", "length-generalization", task_name],
+        tags=["ndr", "neural-data-router", "systematic-generalization", "length-generalization"]
+        + ([task["task"]] if task.get("task") else [])
+        + ([f"variant-{run_config['variant']}"] if run_config.get("variant") else []),
         datasets=[dataset_name],
         metrics=["accuracy"],
         eval_results=results,
@@ -93,20 +139,21 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         }
         for split, values in eval_results.items()
     ]
-    options = {k: v for k, v in task.items() if k in ("direction", "n_train", "n_eval") and v is not None}
-    task_call = f"load_task({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
     example = run_config.get("example") or {"text": "", "label": ""}
     return ModelCard.from_template(
         card_data,
         template_path=TEMPLATE,
         model_name=card_data.model_name,
         repo_id=repo_id,
-        task_description=TASK_TITLES[task_name].format(direction=direction),
+        task_description=title,
+        variant=variant_description(config, run_config.get("variant")),
         num_steps=num_steps,
         split_rows=split_rows,
         depth_table=results_table(eval_results),
         task_call=task_call,
-        task_seed=task.get("task_seed", 0),
+        task_seed=task.get("task_seed") or 0,
+        own_data=own_data_name(task) is not None,
+        selection_metric=run_config.get("metric_for_best_model"),
         preset=run_config.get("preset") or "none (command-line arguments)",
         seed=run_config.get("seed"),
         config=config,

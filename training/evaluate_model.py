@@ -1,0 +1,181 @@
+"""Evaluate a trained NDR (an export folder, a checkpoint or a hub id) on any split or file; print accuracy per depth.
+
+    python training/evaluate_model.py outputs/ctl_forward_cpu/export --task ctl --split ood_test
+    python training/evaluate_model.py outputs/ctl_forward_cpu/export --task ctl   # iid_test, ood_valid, ood_test
+    python training/evaluate_model.py MODEL --file my.jsonl --depth_column depth   # csv, json/jsonl or parquet
+    python training/evaluate_model.py MODEL --file ood=ood.jsonl --file deeper=deeper.csv --output_json results.json
+    python training/evaluate_model.py MODEL --dataset_name org/data --split test
+
+Labels are matched to the model's by name (`config.label2id`); a label the model does not know is an error. The
+numbers come from the package's `evaluate` metric (`modeling_ndr.metrics.DEPTH_ACCURACY`), and are those `train.py`
+reports: `{split: {"accuracy": a, "by_depth": {depth: a}}}` with `--output_json`. Errors are one line (exit status 2).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import datasets
+import numpy as np
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+import modeling_ndr
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export import results_table  # noqa: E402
+from train import (  # noqa: E402
+    EVAL_SPLITS,
+    DataArguments,
+    UsageError,
+    encode,
+    first_line,
+    label_namer,
+    load_depth_accuracy,
+    read_data_file,
+    standard_columns,
+)
+
+
+# load_task generates every split; the evaluation splits do not depend on n_train, so the smallest train set is
+# asked for (CTL and arithmetic put all of depth 1 into train: 72 and 200 samples).
+SMALLEST_TRAIN = {"ctl": 72, "arithmetic": 200, "listops": 1}
+
+
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="A saved NDR: export folder, checkpoint folder or hub id.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--task", choices=modeling_ndr.TASK_NAMES, help="One of the paper's tasks.")
+    source.add_argument(
+        "--file", action="append", help="A data file (csv, json/jsonl, parquet), or NAME=FILE; may be repeated."
+    )
+    source.add_argument("--dataset_name", help="Anything datasets.load_dataset takes (a hub id, a local folder).")
+    parser.add_argument("--dataset_config_name")
+    parser.add_argument(
+        "--split", action="append", help="Split(s) to evaluate (default: the task's evaluation splits / all)."
+    )
+    parser.add_argument("--direction", help="CTL: forward or backward (default forward).")
+    parser.add_argument("--task_seed", type=int, default=0)
+    parser.add_argument("--n_eval", type=int, help="Size of each of the task's evaluation splits (default 1000).")
+    parser.add_argument("--text_column", default="text")
+    parser.add_argument("--label_column", default="label")
+    parser.add_argument("--depth_column", help="Column of the depth (the paper's tasks: depth).")
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--num_steps", type=int, help="Steps of the shared layer (default: the model's).")
+    parser.add_argument("--trust_remote_code", action="store_true", help="Load the model's own code (no package).")
+    parser.add_argument("--output_json", help="Also write the results here.")
+    args = parser.parse_args(argv)
+    if args.split and args.file:
+        parser.error("--split goes with --task or --dataset_name; name files with --file NAME=FILE")
+    return args
+
+
+def load_splits(args) -> dict[str, datasets.Dataset]:
+    """The splits to evaluate, with columns text, label (and depth)."""
+    columns = DataArguments(text_column=args.text_column, label_column=args.label_column)
+    if args.task:
+        options = {"direction": args.direction} if args.direction else {}
+        try:
+            data = modeling_ndr.load_task(
+                args.task, seed=args.task_seed, n_train=SMALLEST_TRAIN[args.task], n_eval=args.n_eval, **options
+            )
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        return select(data, args.split or list(EVAL_SPLITS), f"--task {args.task}")
+    columns.depth_column = args.depth_column
+    if args.dataset_name:
+        try:
+            data = datasets.load_dataset(args.dataset_name, args.dataset_config_name)
+        except Exception as error:  # noqa: BLE001 - a missing dataset, an offline hub, a bad config: one line
+            raise UsageError(f"--dataset_name {args.dataset_name!r}: cannot load it ({first_line(error)})") from None
+        data = select(data, args.split or list(data), f"--dataset_name {args.dataset_name}")
+        return {
+            split: standard_columns(dataset, f"split {split!r} of {args.dataset_name}", columns)
+            for split, dataset in data.items()
+        }
+    splits = {}
+    for item in args.file:
+        name, equals, path = item.partition("=")
+        if not equals:
+            name, path = os.path.splitext(os.path.basename(item))[0], item
+        if name in splits:
+            raise UsageError(f"--file {item}: there is already a split named {name!r}")
+        dataset = read_data_file("--file", path, "evaluation")
+        splits[name] = standard_columns(dataset, f"--file {path}", columns)
+    return splits
+
+
+def select(data, names: list[str], source: str) -> dict:
+    if unknown := [name for name in names if name not in data]:
+        raise UsageError(f"{source} has no split {unknown[0]!r}; its splits are {list(data)}")
+    return {name: data[name] for name in names}
+
+
+def load_model(args):
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            args.model, trust_remote_code=args.trust_remote_code
+        )
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{args.model}: cannot load the model and its tokenizer ({first_line(error)})") from None
+    return model.eval(), tokenizer
+
+
+def check_labels(splits: dict, label2id: dict, model_name: str) -> None:
+    for split, dataset in splits.items():
+        name = label_namer(dataset.features["label"])
+        if unknown := sorted({name(value) for value in dataset.unique("label")} - set(label2id)):
+            raise UsageError(
+                f"{split}: labels {unknown[:5]} are not among the model's labels {list(label2id)[:10]} ({model_name})"
+            )
+
+
+@torch.no_grad()
+def predict(model, tokenizer, dataset, batch_size: int, num_steps: int | None) -> np.ndarray:
+    device = next(model.parameters()).device
+    collate = DataCollatorWithPadding(tokenizer)
+    inputs = dataset.select_columns(["input_ids", "attention_mask"])
+    predictions = []
+    for start in range(0, len(inputs), batch_size):
+        batch = collate([inputs[i] for i in range(start, min(start + batch_size, len(inputs)))])
+        steps = {"num_steps": num_steps} if num_steps else {}
+        logits = model(**{k: v.to(device) for k, v in batch.items()}, **steps).logits
+        predictions.append(logits.argmax(-1).cpu().numpy())
+    return np.concatenate(predictions)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_arguments(sys.argv[1:] if argv is None else argv)
+    splits = load_splits(args)
+    model, tokenizer = load_model(args)
+    if torch.cuda.is_available():
+        model.cuda()
+    check_labels(splits, model.config.label2id, args.model)
+    encoded = encode(datasets.DatasetDict(splits), tokenizer, model.config.label2id)
+    depth_accuracy = load_depth_accuracy()
+    results = {}
+    for split, dataset in encoded.items():
+        predictions = predict(model, tokenizer, dataset, args.batch_size, args.num_steps)
+        depths = dataset["depth"] if "depth" in dataset.column_names else None
+        result = depth_accuracy.compute(predictions=predictions, references=dataset["labels"], depths=depths)
+        results[split] = {
+            "accuracy": result["accuracy"],
+            "by_depth": {str(d): a for d, a in result["by_depth"].items()},
+        }
+    print(results_table(results))
+    if args.output_json:
+        with open(args.output_json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except UsageError as error:
+        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        sys.exit(2)
