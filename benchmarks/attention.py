@@ -1,84 +1,137 @@
-"""Forward+backward time of geometric attention against torch's scaled_dot_product_attention, measured side by side.
+"""The attention op, forward + backward: geometric attention as the NDR computes it against torch's SDPA.
 
-    python benchmarks/attention.py [--batch 128 --heads 4 --seq 50 --head-size 64 --repeats 20 --device cpu]
+    python benchmarks/attention.py [--seq 13,50,200,512] [--batch 128 --heads 4 --head-size 64] [--json out.json]
 
-Both start from the same q, k, v (batch, heads, seq, head_size) and return the attended values; geometric attention
-also builds its directional term and computes its weights with `modeling_ndr.geometric_attention_weights`. The
-timings are interleaved (one call of each per round) so machine noise hits both alike; the script prints the
-median of each and their ratio.
+Both start from the same query, key and value `(batch, heads, seq, head_size)` and a dense gradient of the output.
+Geometric attention is `modeling_ndr.attention_ndr.attention` (the function the model calls) with the directional
+terms; SDPA is `torch.nn.functional.scaled_dot_product_attention` (torch's fused kernel) and, for memory, its math
+path. Times are medians of interleaved rounds; peak memory is the growth of the process's resident set during one
+forward + backward, each measured in a fresh process (Linux: `/proc/self/clear_refs` resets the high-water mark).
 """
 
 import argparse
-import statistics
-import time
+import json
+import multiprocessing
+import os
+import sys
 
 import torch
 from torch.nn import functional as F
 
-from modeling_ndr import geometric_attention_weights
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import interleaved, machine, markdown, ratio  # noqa: E402
+
+from modeling_ndr.attention_ndr import attention  # noqa: E402
 
 
-def geometric_attention(query, key, value, left, right):
-    n = query.shape[-2]
-    key_is_right = torch.ones(n, n, dtype=torch.bool, device=query.device).triu(1)
-    logits = query @ key.transpose(-1, -2) / query.shape[-1] ** 0.5  # (b, h, n, n)
-    logits = logits + torch.where(key_is_right, right.unsqueeze(-1), left.unsqueeze(-1))
-    return geometric_attention_weights(logits).to(value.dtype) @ value  # (b, h, n, e)
+def inputs(batch, heads, seq, head_size, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    shape = (batch, heads, seq, head_size)
+    tensors = [torch.randn(shape, generator=generator) for _ in range(3)]
+    tensors += [torch.randn(shape[:3], generator=generator) for _ in range(2)]  # left, right direction terms
+    upstream = torch.randn(shape, generator=generator)
+    return [t.requires_grad_() for t in tensors], upstream
 
 
-def sdpa_attention(query, key, value, left, right):
-    return F.scaled_dot_product_attention(query, key, value)
+def contenders(tensors, upstream):
+    query, key, value, left, right = tensors
+    scale = query.shape[-1] ** -0.5
+
+    def geometric():
+        output, _ = attention(query * scale, key, value, None, "geometric", left, right)
+        output.backward(upstream)
+
+    def sdpa():
+        F.scaled_dot_product_attention(query, key, value).backward(upstream)
+
+    def sdpa_math():
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            F.scaled_dot_product_attention(query, key, value).backward(upstream)
+
+    def run(function):
+        def call():
+            for tensor in tensors:
+                tensor.grad = None
+            function()
+
+        return call
+
+    return {"geometric": run(geometric), "sdpa": run(sdpa), "sdpa_math": run(sdpa_math)}
 
 
-def time_forward_backward(function, inputs, device) -> float:
-    for tensor in inputs:
+def _resident_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field))
+
+
+def _peak_memory_worker(shape, name, queue):
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    tensors, upstream = inputs(*shape)
+    function = contenders(tensors, upstream)[name]
+    function()  # allocator and kernel warm-up
+    for tensor in tensors:
         tensor.grad = None
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    function(*inputs).sum().backward()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak resident set to the current one
+    before = _resident_kib("VmRSS")
+    function()
+    queue.put((_resident_kib("VmHWM") - before) / 1024)
 
 
-def main():
+def peak_memory_mib(shape, name) -> float | None:
+    if not os.path.exists("/proc/self/clear_refs"):
+        return None
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_peak_memory_worker, args=(shape, name, queue))
+    process.start()
+    process.join()
+    return queue.get() if process.exitcode == 0 else None
+
+
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seq", default="13,50,200,512")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seq", type=int, default=50)
     parser.add_argument("--head-size", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-
-    generator = torch.Generator().manual_seed(0)
-    shape = (args.batch, args.heads, args.seq, args.head_size)
-    inputs = [torch.randn(shape, generator=generator) for _ in range(3)]
-    inputs += [torch.randn(shape[:3], generator=generator) for _ in range(2)]  # left, right direction scalars
-    inputs = [t.to(device).requires_grad_(True) for t in inputs]
-
-    contenders = {"geometric": geometric_attention, "sdpa": sdpa_attention}
-    times = {name: [] for name in contenders}
-    for round_index in range(args.warmup + args.repeats):
-        for name, function in contenders.items():
-            elapsed = time_forward_backward(function, inputs, device)
-            if round_index >= args.warmup:
-                times[name].append(elapsed)
-
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    print(
-        f"device={device} threads={torch.get_num_threads()} batch={args.batch} heads={args.heads} "
-        f"seq={args.seq} head_size={args.head_size} repeats={args.repeats} (forward+backward, median)"
-    )
-    for name, median in medians.items():
-        print(f"  {name:<10} {median * 1000:9.2f} ms")
-    print(f"  ratio geometric / sdpa: {medians['geometric'] / medians['sdpa']:.2f}x")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    os.environ["BENCH_THREADS"] = str(torch.get_num_threads())
+    rows = []
+    for seq in [int(n) for n in args.seq.split(",")]:
+        shape = (args.batch, args.heads, seq, args.head_size)
+        tensors, upstream = inputs(*shape)
+        repeats = args.repeats if seq <= 200 else max(3, args.repeats // 3)
+        times = interleaved(contenders(tensors, upstream), repeats)
+        row = {
+            "seq": seq,
+            "geometric (ms)": f"{times['geometric'] * 1000:.1f}",
+            "SDPA (ms)": f"{times['sdpa'] * 1000:.1f}",
+            "SDPA math (ms)": f"{times['sdpa_math'] * 1000:.1f}",
+            "geometric / SDPA": ratio(times["geometric"], times["sdpa"]),
+        }
+        if not args.no_memory:
+            memory = {name: peak_memory_mib(shape, name) for name in ("geometric", "sdpa", "sdpa_math")}
+            if all(value is not None for value in memory.values()):
+                row |= {
+                    "peak MiB geometric": f"{memory['geometric']:.0f}",
+                    "peak MiB SDPA math": f"{memory['sdpa_math']:.0f}",
+                    "peak MiB SDPA": f"{memory['sdpa']:.0f}",
+                    "memory geometric / SDPA math": ratio(memory["geometric"], memory["sdpa_math"]),
+                }
+        rows.append(row)
+        print(f"seq {seq}: {row}", flush=True)
+    header = f"batch {args.batch}, heads {args.heads}, head size {args.head_size}, forward + backward, median"
+    print(f"\n### attention op ({header})\n\n{markdown(rows)}")
+    results = {"machine": machine(), "setting": header, "rows": rows}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
 
 
 if __name__ == "__main__":

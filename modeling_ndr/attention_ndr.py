@@ -153,22 +153,47 @@ class NDRAttentionBase(nn.Module):
             output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=1.0)
             return output, None
 
-        content = query @ key.transpose(-1, -2)  # (b, h, n, n)
+        position_logits = None
         if position_query is not None:
-            content = content + self.relative_logits(hidden_states, position_query, attention_mask)
-        if self.attention_type == "softmax":
-            logits = content if left is None else direction_logits(content, left, right)
-            weights = softmax_attention_weights(logits, attention_mask)
-        else:
+            position_logits = self.relative_logits(hidden_states, position_query, attention_mask)
+        if self.attention_type == "geometric":
             # gamma joins the per-row terms, which the geometric kernel adds itself
             if left is None:
                 left = right = self.logit_bias.expand(b, self.num_heads, n)
             else:
                 left, right = left + self.logit_bias, right + self.logit_bias
-            weights = geometric_attention_weights(content, attention_mask, left=left, right=right)
-            if self.normalize:
-                weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
-        return weights.to(value.dtype) @ value, weights
+        return attention(
+            query, key, value, attention_mask, self.attention_type, left, right, position_logits, self.normalize
+        )
+
+
+def attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    attention_type: str,
+    left: torch.Tensor | None = None,
+    right: torch.Tensor | None = None,
+    position_logits: torch.Tensor | None = None,
+    normalize: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention op itself: `weights(query . key + terms) @ value`; (b, h, n, e) each → ((b, h, n, e), weights).
+
+    `left` / `right` (b, h, n) are added to the logits of the keys left / right of each query (the direction term;
+    the geometric kernel adds them per row), `position_logits` (b, h, n, n) to all of them. The benchmarks call this
+    function, so what they time is what the model computes."""
+    content = query @ key.transpose(-1, -2)  # (b, h, n, n)
+    if position_logits is not None:
+        content = content + position_logits
+    if attention_type == "softmax":
+        logits = content if left is None else direction_logits(content, left, right)
+        weights = softmax_attention_weights(logits, attention_mask)
+    else:
+        weights = geometric_attention_weights(content, attention_mask, left=left, right=right)
+        if normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
+    return weights.to(value.dtype) @ value, weights
 
 
 class NDRDotProductAttention(NDRAttentionBase):
@@ -292,6 +317,7 @@ __all__ = [
     "ATTENTION_CLASSES",
     "ATTENTION_WEIGHT_FUNCTIONS",
     "METRIC_PARAMETRIZATIONS",
+    "attention",
     "sinusoidal_encoding",
     "position_ids",
 ]

@@ -58,7 +58,7 @@ Task details:
 
 from .common import GENERATOR_VERSION, MAX_TOKENS, SPLIT_NAMES, TASK_NAMES
 from .ctl import CTL_DIRECTIONS, CTL_FUNCTIONS, CTL_SYMBOLS, ctl_compositions, ctl_tables
-from .generation import load_task, split_description
+from .generation import load_task, split_depths, split_description
 from .vocabulary import task_label_names, task_readout, task_tokenizer, task_vocabulary
 
 
@@ -74,6 +74,7 @@ __all__ = [
     "ctl_compositions",
     "load_task",
     "split_description",
+    "split_depths",
     "task_label_names",
     "task_readout",
     "task_tokenizer",

@@ -319,3 +319,15 @@ def load_task(
         )
         splits[split] = dataset
     return datasets.DatasetDict(splits)
+
+
+def split_depths(name: str) -> dict[str, tuple[int, ...]]:
+    """The depths of each split of a task: `{"train": (1, ..., 5), "iid_test": ..., "ood_valid": ..., ...}`."""
+    check_task_name(name)
+    defaults = _DEFAULTS[name]
+    return {
+        "train": defaults.train_depths,
+        "iid_test": defaults.iid_depths,
+        "ood_valid": defaults.ood_valid_depths,
+        "ood_test": defaults.ood_test_depths,
+    }
