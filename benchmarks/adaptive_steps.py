@@ -175,7 +175,7 @@ def main():
     parser.add_argument("--max-steps", type=int, default=None, help="cap (default: max_adaptive_steps or 2x steps)")
     parser.add_argument("--n-eval", type=int, default=1000, help="samples per evaluation split")
     parser.add_argument("--n-longer", type=int, default=1000, help="samples of 11-12 functions")
-    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5, help="timing rounds (fixed and adaptive interleaved)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--study", action="store_true", help="compare stopping criteria first")

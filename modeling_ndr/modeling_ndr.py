@@ -448,16 +448,26 @@ class NDRModel(NDRPreTrainedModel):
         threshold = self.config.adaptive_threshold
         steps_taken = torch.zeros(batch, dtype=torch.long, device=hidden_states.device)
         if compact:
+            # the running samples' states, masks and real columns are kept packed; a sample's final state is written
+            # out once, when it finishes (or at the cap)
+            final = hidden_states.clone()
             active = torch.arange(batch, device=hidden_states.device)  # samples still running
+            state, mask, active_real = hidden_states, attention_mask, real
             for _ in range(max_steps):
-                old = hidden_states[active]
-                mask = None if attention_mask is None else attention_mask[active]
-                new = self.layer(old, mask, need_weights=need_weights)
-                hidden_states = hidden_states.index_copy(0, active, new)
+                new = self.layer(state, mask, need_weights=need_weights)
                 steps_taken[active] += 1
-                active = active[relative_state_change(new, old, real[active]) >= threshold]
+                going_on = relative_state_change(new, state, active_real) >= threshold
+                if going_on.all():
+                    state = new
+                    continue
+                final[active[~going_on]] = new[~going_on]
+                active, state, active_real = active[going_on], new[going_on], active_real[going_on]
+                mask = None if mask is None else mask[going_on]
                 if active.numel() == 0:
                     break
+            if active.numel():
+                final[active] = state  # at the cap
+            hidden_states = final
         else:
             running = torch.ones(batch, dtype=torch.bool, device=hidden_states.device)
             for _ in range(max_steps):

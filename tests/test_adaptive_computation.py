@@ -164,3 +164,77 @@ def test_the_halting_unit_starts_unlikely_to_halt_also_after_reloading(tmp_path)
     model.save_pretrained(tmp_path)
     reloaded = NDRForSequenceClassification.from_pretrained(tmp_path)
     assert torch.equal(reloaded.ndr.halting.proj.bias, bias), "a loaded model keeps its trained halting unit"
+
+
+def test_an_exported_adaptive_model_runs_adaptively_through_automodel_and_pipeline(tmp_path):
+    """The choice is in config.json, so `AutoModel*` and `pipeline` users get adaptive inference without code."""
+    import json
+
+    from transformers import AutoModel, AutoModelForSequenceClassification, pipeline
+
+    from modeling_ndr import task_label_names, task_tokenizer
+
+    tokenizer = task_tokenizer("ctl")
+    labels = task_label_names("ctl")
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), num_labels=len(labels), adaptive_steps=True,
+                         max_adaptive_steps=10, id2label=dict(enumerate(labels)))  # fmt: skip
+    model = NDRForSequenceClassification(config).eval()
+    words = sorted(word for word in tokenizer.get_vocab() if word.isalnum())
+    texts = [" ".join(words[i : i + 3 + i % 3]) for i in range(0, 24, 4)]
+    encoded = tokenizer(texts, return_tensors="pt", padding=True)
+    changes = per_sample_changes(model, encoded["input_ids"], encoded["attention_mask"], steps=10)
+    model.config.adaptive_threshold = changes[2].median().item()  # some samples stop early, none before step 2
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with open(tmp_path / "config.json") as f:
+        saved = json.load(f)
+    assert saved["adaptive_steps"] is True and saved["max_adaptive_steps"] == 10
+
+    expected = model(**encoded)
+    fixed = model(**encoded, adaptive_steps=False)
+    assert expected.num_steps_taken.min() < 10 and not torch.allclose(expected.logits, fixed.logits)
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    out = loaded(**encoded)
+    assert out.num_steps_taken.tolist() == expected.num_steps_taken.tolist()
+    torch.testing.assert_close(out.logits, expected.logits)
+    base = AutoModel.from_pretrained(tmp_path).eval()
+    assert base(**encoded).num_steps_taken.tolist() == expected.num_steps_taken.tolist()
+
+    classify = pipeline("text-classification", model=str(tmp_path), top_k=None)
+    for text, logits in zip(texts, expected.logits):
+        scores = {item["label"]: item["score"] for item in classify([text])[0]}
+        single = torch.tensor([scores[label] for label in labels])
+        torch.testing.assert_close(single, logits.softmax(-1), atol=1e-5, rtol=1e-4)
+
+
+def test_evaluate_model_reports_mean_steps_per_depth_for_act_and_adaptive_models(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from modeling_ndr import task_label_names, task_tokenizer
+
+    spec = importlib.util.spec_from_file_location(
+        "evaluate_model", Path(__file__).resolve().parents[1] / "training" / "evaluate_model.py"
+    )
+    evaluate_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evaluate_model)
+    tokenizer = task_tokenizer("ctl")
+    labels = task_label_names("ctl")
+    for name, fields in {"act": dict(halting="act"), "adaptive": dict(adaptive_steps=True)}.items():
+        torch.manual_seed(0)
+        config = tiny_config(vocab_size=len(tokenizer), num_labels=len(labels), id2label=dict(enumerate(labels)),
+                             label2id={label: i for i, label in enumerate(labels)}, **fields)  # fmt: skip
+        NDRForSequenceClassification(config).save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+        results = evaluate_model.main([str(tmp_path / name), "--task", "ctl", "--n_eval", "40"])
+        for split, values in results.items():
+            assert 1 <= values["mean_steps"] <= 6, f"{name} {split}: steps within the cap"
+            assert set(values["mean_steps_by_depth"]) == set(values["by_depth"]), f"{name} {split}: every depth"
+        assert "Steps used" in capsys.readouterr().out
+    fixed = tiny_config(vocab_size=len(tokenizer), num_labels=len(labels), id2label=dict(enumerate(labels)),
+                        label2id={label: i for i, label in enumerate(labels)})  # fmt: skip
+    NDRForSequenceClassification(fixed).save_pretrained(tmp_path / "fixed")
+    tokenizer.save_pretrained(tmp_path / "fixed")
+    results = evaluate_model.main([str(tmp_path / "fixed"), "--task", "ctl", "--n_eval", "40"])
+    assert all("mean_steps" not in values for values in results.values()), "fixed-step models report no steps"

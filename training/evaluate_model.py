@@ -8,7 +8,9 @@
 
 Labels are matched to the model's by name (`config.label2id`); a label the model does not know is an error. The
 numbers come from the package's `evaluate` metric (`modeling_ndr.metrics.DEPTH_ACCURACY`), and are those `train.py`
-reports: `{split: {"accuracy": a, "by_depth": {depth: a}}}` with `--output_json`. Errors are one line (exit status 2).
+reports: `{split: {"accuracy": a, "by_depth": {depth: a}}}` with `--output_json`. Models that choose their own number
+of steps (ACT halting, adaptive steps) also get `mean_steps` and `mean_steps_by_depth` per split, printed as a second
+table. Errors are one line (exit status 2).
 """
 
 import argparse
@@ -135,17 +137,36 @@ def check_labels(splits: dict, label2id: dict, model_name: str) -> None:
 
 
 @torch.no_grad()
-def predict(model, tokenizer, dataset, batch_size: int, num_steps: int | None) -> np.ndarray:
+def predict(model, tokenizer, dataset, batch_size: int, num_steps: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Predicted label ids, and the steps each sample used where the model decides them (None otherwise): with ACT
+    halting the mean over real columns of their halting step, with adaptive steps `num_steps_taken`."""
     device = next(model.parameters()).device
     collate = DataCollatorWithPadding(tokenizer)
     inputs = dataset.select_columns(["input_ids", "attention_mask"])
-    predictions = []
+    predictions, steps_used = [], []
     for start in range(0, len(inputs), batch_size):
         batch = collate([inputs[i] for i in range(start, min(start + batch_size, len(inputs)))])
         steps = {"num_steps": num_steps} if num_steps else {}
-        logits = model(**{k: v.to(device) for k, v in batch.items()}, **steps).logits
-        predictions.append(logits.argmax(-1).cpu().numpy())
-    return np.concatenate(predictions)
+        out = model(**{k: v.to(device) for k, v in batch.items()}, **steps)
+        predictions.append(out.logits.argmax(-1).cpu().numpy())
+        if getattr(out, "halting_steps", None) is not None:
+            mask = batch["attention_mask"].to(out.halting_steps.device)
+            steps_used.append(((out.halting_steps * mask).sum(-1) / mask.sum(-1)).cpu().numpy())
+        elif getattr(out, "num_steps_taken", None) is not None:
+            steps_used.append(out.num_steps_taken.cpu().numpy().astype(float))
+    return np.concatenate(predictions), np.concatenate(steps_used) if steps_used else None
+
+
+def steps_table(results: dict) -> str:
+    """Mean steps per split and depth (ACT's ponder steps or adaptive steps), as markdown."""
+    depths = sorted({int(d) for values in results.values() for d in values.get("mean_steps_by_depth", {})})
+    lines = ["| split | mean steps | " + " | ".join(f"depth {d}" for d in depths) + " |"]
+    lines.append("|" + "---|" * (len(depths) + 2))
+    for split, values in results.items():
+        by_depth = values.get("mean_steps_by_depth", {})
+        cells = [f"{by_depth[str(d)]:.2f}" if str(d) in by_depth else "" for d in depths]
+        lines.append(f"| {split} | {values['mean_steps']:.2f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -159,14 +180,24 @@ def main(argv: list[str] | None = None) -> dict:
     depth_accuracy = load_depth_accuracy()
     results = {}
     for split, dataset in encoded.items():
-        predictions = predict(model, tokenizer, dataset, args.batch_size, args.num_steps)
+        predictions, steps = predict(model, tokenizer, dataset, args.batch_size, args.num_steps)
         depths = dataset["depth"] if "depth" in dataset.column_names else None
         result = depth_accuracy.compute(predictions=predictions, references=dataset["labels"], depths=depths)
         results[split] = {
             "accuracy": result["accuracy"],
             "by_depth": {str(d): a for d, a in result["by_depth"].items()},
         }
+        if steps is not None:
+            results[split]["mean_steps"] = float(steps.mean())
+            if depths is not None:
+                depth_array = np.asarray(depths)
+                results[split]["mean_steps_by_depth"] = {
+                    str(d): float(steps[depth_array == d].mean()) for d in sorted(set(depth_array.tolist()))
+                }
     print(results_table(results))
+    if any("mean_steps" in values for values in results.values()):
+        print("\nSteps used (ACT: mean halting step of the real columns; adaptive: steps run):\n")
+        print(steps_table(results))
     if args.output_json:
         with open(args.output_json, "w") as f:
             json.dump(results, f, indent=2)
