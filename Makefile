@@ -11,7 +11,7 @@ DEMO_DIR ?= outputs/ctl_$(DEMO_DIRECTION)_cpu
 NPROC ?= 2
 DEMO_ARGS ?=
 
-.PHONY: setup demo demo-backward demo-backward-long test test-slow lint bench datasets clean
+.PHONY: compare release push-release setup demo demo-backward demo-backward-long test test-slow lint bench datasets clean
 
 setup: $(STAMP)
 
@@ -47,6 +47,11 @@ example-finetune: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python training/examples/finetune_example.py --demo_model $(DEMO_MODEL) \
 	    --output_dir $(EXAMPLE_DIR)
 
+# the paper's variants on CTL with the CPU preset's budget (about 75 minutes per direction); COMPARE_DIRECTION=backward
+COMPARE_DIRECTION ?= forward
+compare: $(STAMP)
+	$(BIN)/python training/compare.py --preset ctl_cpu --direction $(COMPARE_DIRECTION)
+
 # what CI runs (.ci/run): the linter, then the test suite
 test: lint
 	$(BIN)/python -m pytest -q
@@ -59,11 +64,19 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/attention.py
+	$(BIN)/python benchmarks/run_all.py
 
 # the dataset repositories in hub_cards/datasets/ (parquet splits + cards); about 3 minutes (ListOps' 1M-row train)
 datasets: $(STAMP)
 	$(BIN)/python hub_cards/make_dataset_repos.py
+
+# the released models in hub_cards/models/ (trains the runs that are missing: make demo, make demo-backward-long, the
+# arithmetic_cpu and listops_cpu presets), and their upload with the modeling code (needs a network and a token)
+release: $(STAMP)
+	$(BIN)/python hub_cards/make_model_repos.py --train
+ORG ?= ndr-org
+push-release: $(STAMP)
+	$(BIN)/python hub_cards/make_model_repos.py --push --org $(ORG)
 
 clean:
 	rm -rf $(VENV) outputs runs

@@ -146,8 +146,11 @@ def test_model_card_parses_and_model_index_round_trips(trained_run):
     output_dir, results = trained_run
     card = ModelCard.load(output_dir / "export" / "README.md")
     assert card.data.library_name == "transformers" and card.data.license == "mit"
-    reported = {r.dataset_split: r.metric_value for r in card.data.eval_results}
+    reported = {r.dataset_split: r.metric_value for r in card.data.eval_results if r.metric_config is None}
     assert reported == pytest.approx({split: values["accuracy"] for split, values in results.items()})
+    by_depth = {(r.dataset_split, r.metric_config): r.metric_value for r in card.data.eval_results if r.metric_config}
+    expected = {(split, f"depth={d}"): a for split, values in results.items() for d, a in values["by_depth"].items()}
+    assert by_depth == pytest.approx(expected), "the model-index also holds the accuracy per depth"
     assert "| ood_test |" in card.text and "trust_remote_code=True" in card.text
 
 

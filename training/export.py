@@ -116,6 +116,19 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
             metric_value=values["accuracy"],
         )
         for split, values in eval_results.items()
+    ] + [  # per depth: the same split, told apart by the metric's config
+        EvalResult(
+            task_type="text-classification",
+            dataset_type=dataset_name,
+            dataset_name=title,
+            dataset_split=split,
+            metric_type="accuracy",
+            metric_name=f"accuracy at depth {depth}",
+            metric_config=f"depth={depth}",
+            metric_value=accuracy,
+        )
+        for split, values in eval_results.items()
+        for depth, accuracy in sorted(values["by_depth"].items(), key=lambda item: int(item[0]))
     ]
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],
@@ -158,12 +171,33 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         seed=run_config.get("seed"),
         config=config,
         num_parameters=f"{model.num_parameters():,}",
+        training=run_config.get("training"),
+        machine=run_config.get("machine") or "an unrecorded machine",
+        processes=run_config.get("processes") or 1,
+        command=training_command(run_config),
         example_text=example["text"],
         example_label=example["label"],
     )
 
 
 TOKENIZER_FILE = "tokenizer.json"
+
+
+def training_command(run_config: dict) -> str:
+    """The command that trained a run, as a user would type it (train.py's arguments; the launcher if several
+    processes ran)."""
+    argv = [str(arg) for arg in run_config.get("command") or []]
+    if not argv:
+        return "not recorded"
+    script = "training/train.py" if argv[0].endswith("train.py") else argv[0]
+    processes = run_config.get("processes") or 1
+    launcher = "python "
+    if processes > 1 and "--use_cpu" in argv:  # gloo on the CPU, as make demo launches it (see README)
+        launcher = (f"ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes {processes} "
+                    "--num_machines 1 --mixed_precision no --dynamo_backend no ")  # fmt: skip
+    elif processes > 1:
+        launcher = f"accelerate launch --num_processes {processes} "
+    return launcher + " ".join([script, *argv[1:]])
 
 
 def export_model(
@@ -184,6 +218,10 @@ def export_model(
     run_config = run_config or _read_json(checkpoint_dir, "run_config.json") or {}
     if eval_results is None:
         raise FileNotFoundError(f"no eval_results.json in {checkpoint_dir} or its parent: evaluate before exporting")
+    if "training" not in run_config and (train_results := _read_json(checkpoint_dir, "train_results.json")):
+        state = _read_json(checkpoint_dir, "trainer_state.json") or {}  # runs that predate run_config["training"]
+        training = {"seconds": train_results["train_runtime"], "steps": state.get("global_step"), "finished": None}
+        run_config = {**run_config, "training": training}
     model = NDRForSequenceClassification.from_pretrained(checkpoint_dir)
     tokenizer = NDRTokenizerFast.from_pretrained(checkpoint_dir)  # saves as PreTrainedTokenizerFast
     os.makedirs(out_dir, exist_ok=True)

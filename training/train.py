@@ -24,9 +24,11 @@ A bad command line, preset, model setting or data file is reported in one line b
 step is trained (exit status 2).
 """
 
+import datetime
 import json
 import logging
 import os
+import platform
 import re
 import sys
 from dataclasses import asdict, dataclass, field, fields
@@ -848,6 +850,8 @@ def main(argv: list[str] | None = None) -> dict:
             if training_args.load_best_model_at_end
             else None,
             "command": sys.argv,
+            "machine": machine_description(),
+            "processes": training_args.world_size,
             "example": {
                 "text": tokenizer.decode(example["input_ids"], skip_special_tokens=True),
                 "label": model.config.id2label.get(example["labels"], str(example["labels"])),
@@ -861,6 +865,14 @@ def main(argv: list[str] | None = None) -> dict:
         trainer.log_metrics("train", train_result.metrics)
         trainer.save_metrics("train", train_result.metrics)
         trainer.save_state()
+        if training_args.should_save:
+            run_config["training"] = {
+                "seconds": round(train_result.metrics["train_runtime"], 1),
+                "steps": train_result.global_step,
+                "finished": datetime.datetime.now().astimezone().isoformat(timespec="minutes"),
+            }
+            with open(os.path.join(training_args.output_dir, "run_config.json"), "w") as f:
+                json.dump(run_config, f, indent=2, default=str)
 
     results = evaluate_splits(trainer, data, eval_splits)
     export_dir = run_args.export_dir or os.path.join(training_args.output_dir, "export")
@@ -880,6 +892,19 @@ def main(argv: list[str] | None = None) -> dict:
         # folder with our card, so it is uploaded instead.
         upload_folder(repo_id=training_args.hub_model_id, folder_path=export_dir, commit_message="NDR export")
     return results
+
+
+def machine_description() -> str:
+    """What the model card says a run was trained on: CPU model and core count, or the GPU."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,153 @@
+"""Build (and push) the released models: `hub_cards/models/ndr-<name>/`, each the folder a user gets from the Hub.
+
+    python hub_cards/make_model_repos.py                 # copy every trained run into hub_cards/models/
+    python hub_cards/make_model_repos.py --train         # train the runs that are missing first (make release)
+    python hub_cards/make_model_repos.py --push --org ORG [--names ndr-ctl-forward]   # upload (needs a network)
+    python hub_cards/make_model_repos.py --stage DIR     # what --push uploads, written to DIR instead
+
+Each release is one training run of `training/train.py` with a task preset, launched as `make demo` launches it (two
+gloo processes on the CPU), into `outputs/<run>/`. Its folder here holds `config.json` (with `auto_map` and
+`id2label`), `model.safetensors`, the tokenizer files, `eval_results.json`, `run_config.json` and a model card whose
+model-index holds the measured accuracy per split, with the command, preset, training time and machine.
+
+The modeling code is not committed here (copies would drift from `modeling_ndr/`): `--push` and `--stage` add it
+from the installed package (`save_pretrained` writes it), so the pushed repository also loads with
+`trust_remote_code=True` where `ndr` is not installed.
+"""
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+HUB_CARDS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HUB_CARDS)
+sys.path.insert(0, os.path.join(REPO, "training"))
+try:
+    import modeling_ndr  # noqa: F401  (registers the auto classes)
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, REPO)
+    import modeling_ndr  # noqa: F401
+
+from export import export_model  # noqa: E402
+
+
+MODELS_DIR = os.path.join(HUB_CARDS, "models")
+DEFAULT_ORG = "ndr-org"
+MAX_BYTES = 3 * 1024 * 1024
+RELEASED_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "README.md",
+    "eval_results.json",
+    "run_config.json",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    preset: str
+    run: str  # under outputs/
+    direction: str | None = None
+
+    def train_command(self) -> list[str]:
+        bin_dir = os.path.dirname(sys.executable)
+        command = [os.path.join(bin_dir, "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                   os.path.join(REPO, "training", "train.py"), "--preset", self.preset, "--use_cpu",
+                   "--ddp_find_unused_parameters", "false", "--output_dir", self.output_dir(), "--disable_tqdm",
+                   "true"]  # fmt: skip
+        return command + (["--direction", self.direction] if self.direction else [])
+
+    def output_dir(self) -> str:
+        return os.path.join(REPO, "outputs", self.run)
+
+
+RELEASES = {
+    "ndr-ctl-forward": Release("ctl_cpu", "ctl_forward_cpu", "forward"),  # = make demo
+    # ctl_cpu does not learn backward in its budget (README); this ~30-minute recipe does (= make demo-backward-long)
+    "ndr-ctl-backward": Release("ctl_backward_cpu_long", "ctl_backward_cpu_long", "backward"),
+    "ndr-arithmetic": Release("arithmetic_cpu", "arithmetic_cpu"),
+    "ndr-listops": Release("listops_cpu", "listops_cpu"),
+}
+
+
+def build(name: str, org: str, train: bool) -> str | None:
+    """Copy a trained run into `hub_cards/models/<name>/` (training it first with `train`); None if untrained."""
+    release = RELEASES[name]
+    run = release.output_dir()
+    if not os.path.isfile(os.path.join(run, "eval_results.json")):
+        if not train:
+            command = " ".join(release.train_command())
+            print(f"[release] {name}: no trained run in {run} (--train trains it: {command})")
+            return None
+        print(f"[release] {name}: training {' '.join(release.train_command())}", flush=True)
+        env = dict(os.environ, ACCELERATE_USE_CPU="true", OMP_NUM_THREADS="1")
+        subprocess.run(release.train_command(), check=True, env=env, cwd=REPO)
+    target = os.path.join(MODELS_DIR, name)
+    with tempfile.TemporaryDirectory() as staging:
+        export_model(run, staging, repo_id=f"{org}/{name}")  # re-render the card for the released hub id
+        shutil.rmtree(target, ignore_errors=True)
+        os.makedirs(target)
+        for file in RELEASED_FILES:
+            if os.path.isfile(os.path.join(staging, file)):
+                shutil.copy2(os.path.join(staging, file), target)
+    size = sum(os.path.getsize(os.path.join(target, file)) for file in os.listdir(target))
+    if size > MAX_BYTES:
+        raise SystemExit(f"[release] {name}: {size / 2**20:.1f} MB is over the {MAX_BYTES / 2**20:.0f} MB budget")
+    print(f"[release] {name}: {target} ({size / 2**20:.2f} MB)")
+    return target
+
+
+def stage(name: str, out_dir: str) -> str:
+    """The folder `--push` uploads: the released files plus the modeling code (written by `save_pretrained`)."""
+    from modeling_ndr import NDRForSequenceClassification
+
+    source = os.path.join(MODELS_DIR, name)
+    if not os.path.isfile(os.path.join(source, "config.json")):
+        raise SystemExit(f"[release] {name}: {source} is not built (run `make release` first)")
+    target = os.path.join(out_dir, name)
+    shutil.copytree(source, target, dirs_exist_ok=True)
+    NDRForSequenceClassification.from_pretrained(source).save_pretrained(target)  # the same weights, + code
+    for file in ("README.md", "config.json"):  # the released versions, byte for byte
+        shutil.copy2(os.path.join(source, file), target)
+    return target
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--names", nargs="+", choices=sorted(RELEASES), default=list(RELEASES))
+    parser.add_argument("--org", default=DEFAULT_ORG, help="Hub namespace used in the cards and by --push.")
+    parser.add_argument("--train", action="store_true", help="Train the runs that do not exist yet.")
+    parser.add_argument("--push", action="store_true", help="Upload each built folder with its modeling code.")
+    parser.add_argument("--stage", help="Write what --push would upload into this folder instead.")
+    args = parser.parse_args(argv)
+    if args.push or args.stage:
+        from huggingface_hub import HfApi
+
+        with tempfile.TemporaryDirectory() as scratch:
+            for name in args.names:
+                folder = stage(name, args.stage or scratch)
+                if args.push:
+                    api = HfApi()
+                    api.create_repo(f"{args.org}/{name}", exist_ok=True)
+                    api.upload_folder(repo_id=f"{args.org}/{name}", folder_path=folder, commit_message="NDR release")
+                    print(f"[release] pushed {args.org}/{name}")
+                else:
+                    print(f"[release] staged {folder}")
+        return
+    built = [name for name in args.names if build(name, args.org, args.train)]
+    missing = sorted(set(args.names) - set(built))
+    untrained = f"; not trained: {', '.join(missing)}" if missing else ""
+    print(f"[release] built: {', '.join(built) or 'none'}{untrained}")
+
+
+if __name__ == "__main__":
+    main()
