@@ -14,7 +14,7 @@ from modeling_ndr import NDRConfig, NDRForSequenceClassification
 
 
 REPO = Path(__file__).resolve().parents[1]
-VARIANTS = ("ndr", "transformer", "rel_gate", "ndr_metric")
+VARIANTS = ("ndr", "transformer", "rel_gate", "ndr_metric", "ndr_act")
 
 
 def tiny_model(variant: str, **overrides) -> NDRForSequenceClassification:

@@ -80,3 +80,18 @@ def test_released_model_loads_as_a_hub_id_and_matches_its_card_on_fresh_data(fol
     n_card = 1000  # train.py's evaluation splits
     sigma = math.sqrt(max(claimed * (1 - claimed), 0.01) * (1 / len(texts) + 1 / n_card))
     assert abs(accuracy - claimed) <= 4 * sigma, f"fresh ood_test {accuracy:.3f} vs the card's {claimed:.3f}"
+
+
+@pytest.mark.parametrize("folder", MODELS, ids=[path.name for path in MODELS])
+def test_released_weights_match_todays_model_key_for_key(folder):
+    """Released weights must keep loading after later changes: every key and shape of the file is a parameter of the
+    model built from its config today, and nothing is missing (`from_pretrained` would only warn)."""
+    from safetensors import safe_open
+
+    from modeling_ndr import NDRConfig
+
+    model = NDRForSequenceClassification(NDRConfig.from_pretrained(folder))
+    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    with safe_open(folder / "model.safetensors", "pt") as f:
+        saved = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    assert saved == expected
