@@ -239,6 +239,8 @@ class NDRConfig(PreTrainedConfig):
     """
 
     model_type = "ndr"
+    # per-sample step counts, not predictions: Trainer's evaluation leaves them out of `EvalPrediction.predictions`
+    keys_to_ignore_at_inference = ["ponder_cost", "halting_steps", "num_steps_taken"]
 
     def __init__(
         self,

@@ -238,3 +238,27 @@ def test_evaluate_model_reports_mean_steps_per_depth_for_act_and_adaptive_models
     tokenizer.save_pretrained(tmp_path / "fixed")
     results = evaluate_model.main([str(tmp_path / "fixed"), "--task", "ctl", "--n_eval", "40"])
     assert all("mean_steps" not in values for values in results.values()), "fixed-step models report no steps"
+
+
+def test_train_py_trains_and_evaluates_an_act_model(tmp_path):
+    """Trainer's evaluation gathers every output but the loss; the ACT outputs (per-column halting steps of varying
+    sequence length) must not reach compute_metrics as predictions."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    command = [sys.executable, str(repo / "training" / "train.py"), "--preset", "ctl_cpu", "--variant", "ndr_act",
+               "--output_dir", str(tmp_path / "run"), "--n_train", "200", "--n_eval", "16", "--hidden_size", "16",
+               "--intermediate_size", "16", "--num_hidden_layers", "3", "--max_steps", "2",
+               "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "5", "--eval_steps", "2",
+               "--save_steps", "2", "--report_to", "none", "--disable_tqdm", "true"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    with open(tmp_path / "run" / "eval_results.json") as f:
+        assert set(json.load(f)) == {"iid_test", "ood_valid", "ood_test"}
+    with open(tmp_path / "run" / "export" / "config.json") as f:
+        assert json.load(f)["halting"] == "act"
