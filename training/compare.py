@@ -123,7 +123,7 @@ def write_plot(path: str, runs: dict, task: str, title: str):
     axis.set_ylabel("accuracy")
     axis.set_ylim(0, 1.02)
     axis.set_title(title)
-    axis.legend(fontsize=8, loc="lower left", ncol=2)
+    axis.legend(fontsize=8, loc="center left", ncol=2)
     figure.savefig(path, dpi=120)
 
 
