@@ -95,3 +95,36 @@ def test_released_weights_match_todays_model_key_for_key(folder):
     with safe_open(folder / "model.safetensors", "pt") as f:
         saved = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
     assert saved == expected
+
+
+def test_the_push_stage_adds_the_modeling_code_and_loads_without_the_package(tmp_path):
+    """What `make push-release` uploads: the released files plus the modeling code, loadable with
+    `trust_remote_code=True` in a Python where `modeling_ndr` cannot be imported."""
+    import subprocess
+    import sys
+    import textwrap
+
+    folder = MODELS[0]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "hub_cards" / "make_model_repos.py"), "--stage", str(tmp_path / "stage"),
+         "--names", folder.name],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    staged = tmp_path / "stage" / folder.name
+    assert (staged / "modeling_ndr.py").is_file() and (staged / "configuration_ndr.py").is_file()
+    assert (staged / "README.md").read_bytes() == (folder / "README.md").read_bytes(), "the released card, unchanged"
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["modeling_ndr"] = None  # the package is not importable here
+        from transformers import AutoModelForSequenceClassification
+        model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True)
+        print(type(model).__module__)
+        """
+    )
+    (tmp_path / "load.py").write_text(script)
+    loaded = subprocess.run([sys.executable, "load.py", str(staged)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert "transformers_modules" in loaded.stdout, "the model class came from the repository's own code"
