@@ -10,7 +10,6 @@ forward + backward, each measured in a fresh process (Linux: `/proc/self/clear_r
 """
 
 import argparse
-import json
 import multiprocessing
 import os
 import sys
@@ -20,7 +19,7 @@ from torch.nn import functional as F
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import interleaved, machine, markdown, ratio  # noqa: E402
+from common import interleaved, machine, markdown, ratio, save_json  # noqa: E402
 
 from modeling_ndr.attention_ndr import attention  # noqa: E402
 
@@ -128,10 +127,7 @@ def main(argv=None) -> dict:
     header = f"batch {args.batch}, heads {args.heads}, head size {args.head_size}, forward + backward, median"
     print(f"\n### attention op ({header})\n\n{markdown(rows)}")
     results = {"machine": machine(), "setting": header, "rows": rows}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
+    return save_json(args.json, results)
 
 
 if __name__ == "__main__":

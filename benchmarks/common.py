@@ -3,6 +3,7 @@ model code next to the current one."""
 
 import datetime
 import importlib
+import json
 import os
 import platform
 import statistics
@@ -78,3 +79,11 @@ def load_reference_package(commit: str = REFERENCE_COMMIT, name: str = "ndr_refe
 
 def ratio(numerator: float, denominator: float) -> str:
     return f"{numerator / denominator:.2f}x"
+
+
+def save_json(path: str | None, results: dict) -> dict:
+    """Write a benchmark's results to `path` (its `--json`), if given; returns them."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2)
+    return results

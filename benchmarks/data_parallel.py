@@ -8,7 +8,6 @@ switched off (`no_sync`: compute alone) and the time of one all-reduce of a grad
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -19,7 +18,7 @@ import torch.multiprocessing as mp
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import machine, markdown, ratio  # noqa: E402
+from common import machine, markdown, ratio, save_json  # noqa: E402
 from training_step import SIZES, config_kwargs, task_batches  # noqa: E402
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification  # noqa: E402
@@ -115,10 +114,7 @@ def main(argv=None) -> dict:
         f"\n### data parallelism (ctl_cpu size, total batch {TOTAL_BATCH})\n\n{markdown(rows)}\n\n{markdown([bound])}"
     )
     results = {"machine": machine(), "rows": rows, "bound": bound}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
+    return save_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@
 
 import argparse
 import contextlib
-import json
 import sys
 
 import torch
@@ -21,7 +20,7 @@ from transformers import DataCollatorWithPadding
 
 
 sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
-from common import interleaved, load_reference_package, machine, markdown, ratio  # noqa: E402
+from common import interleaved, load_reference_package, machine, markdown, ratio, save_json  # noqa: E402
 
 import modeling_ndr  # noqa: E402
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, load_task, task_tokenizer  # noqa: E402
@@ -155,10 +154,7 @@ def main(argv=None) -> dict:
     for name in args.sections.split(","):
         results[name] = SECTIONS[name](args.repeats)
         print(f"\n### training step: {name}\n\n{markdown(results[name])}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
+    return save_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+import yaml
+
 import modeling_ndr
 from modeling_ndr.tasks import split_depths
 
@@ -144,7 +146,7 @@ def main():
     )
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     with open(os.path.join(os.path.dirname(HERE), "configuration", f"{args.preset}.yaml")) as f:
-        task = (__import__("yaml").safe_load(f) or {}).get("task", "ctl")
+        task = (yaml.safe_load(f) or {}).get("task", "ctl")
     runs = {variant: train_variant(args, variant, extra) for variant in variants}
     title = f"{args.preset}" + (f" {args.direction}" if args.direction else "") + ": accuracy per depth"
     text = write_markdown(os.path.join(args.output_dir, "comparison.md"), runs, args, extra, task)

@@ -106,27 +106,14 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
     task = run_config.get("task", {})
     title, task_call = task_description(task)
     dataset_name = default_model_name(run_config)
-    results = [
-        EvalResult(
-            task_type="text-classification",
-            dataset_type=dataset_name,
-            dataset_name=title,
-            dataset_split=split,
-            metric_type="accuracy",
-            metric_value=values["accuracy"],
-        )
-        for split, values in eval_results.items()
-    ] + [  # per depth: the same split, told apart by the metric's config
-        EvalResult(
-            task_type="text-classification",
-            dataset_type=dataset_name,
-            dataset_name=title,
-            dataset_split=split,
-            metric_type="accuracy",
-            metric_name=f"accuracy at depth {depth}",
-            metric_config=f"depth={depth}",
-            metric_value=accuracy,
-        )
+
+    def result(split: str, accuracy: float, **metric) -> EvalResult:
+        return EvalResult(task_type="text-classification", dataset_type=dataset_name, dataset_name=title,
+                          dataset_split=split, metric_type="accuracy", metric_value=accuracy, **metric)  # fmt: skip
+
+    results = [result(split, values["accuracy"]) for split, values in eval_results.items()]
+    results += [  # per depth: the same split, told apart by the metric's config
+        result(split, accuracy, metric_name=f"accuracy at depth {depth}", metric_config=f"depth={depth}")
         for split, values in eval_results.items()
         for depth, accuracy in sorted(values["by_depth"].items(), key=lambda item: int(item[0]))
     ]

@@ -857,8 +857,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "label": model.config.id2label.get(example["labels"], str(example["labels"])),
             },
         }
-        with open(os.path.join(training_args.output_dir, "run_config.json"), "w") as f:
-            json.dump(run_config, f, indent=2, default=str)
+        write_run_config(training_args.output_dir, run_config)
 
     if training_args.do_train or training_args.max_steps > 0:
         train_result = trainer.train(resume_from_checkpoint=resume)
@@ -871,8 +870,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "steps": train_result.global_step,
                 "finished": datetime.datetime.now().astimezone().isoformat(timespec="minutes"),
             }
-            with open(os.path.join(training_args.output_dir, "run_config.json"), "w") as f:
-                json.dump(run_config, f, indent=2, default=str)
+            write_run_config(training_args.output_dir, run_config)  # again, with what the training took
 
     results = evaluate_splits(trainer, data, eval_splits)
     export_dir = run_args.export_dir or os.path.join(training_args.output_dir, "export")
@@ -892,6 +890,11 @@ def main(argv: list[str] | None = None) -> dict:
         # folder with our card, so it is uploaded instead.
         upload_folder(repo_id=training_args.hub_model_id, folder_path=export_dir, commit_message="NDR export")
     return results
+
+
+def write_run_config(output_dir: str, run_config: dict) -> None:
+    with open(os.path.join(output_dir, "run_config.json"), "w") as f:
+        json.dump(run_config, f, indent=2, default=str)
 
 
 def machine_description() -> str:
