@@ -50,6 +50,7 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
+from transformers.trainer_pt_utils import get_length_grouped_indices
 from transformers.trainer_utils import get_last_checkpoint
 
 import modeling_ndr
@@ -720,6 +721,24 @@ def metrics_function(depth_accuracy):
     return compute_metrics
 
 
+class LengthGroupedBalancedSampler(torch.utils.data.Sampler):
+    """`--balance_depths` with `--train_sampling_strategy group_by_length`: each epoch draws as many samples as the
+    dataset holds, weighted by `weights` (with replacement, as `WeightedRandomSampler`), then orders the draws as
+    `LengthGroupedSampler` does, so each batch of `batch_size` holds samples of similar length (less padding)."""
+
+    def __init__(self, weights: torch.Tensor, lengths: list[int], batch_size: int, generator: torch.Generator):
+        self.weights, self.lengths, self.batch_size, self.generator = weights, lengths, batch_size, generator
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        draws = torch.multinomial(self.weights, len(self.lengths), replacement=True, generator=self.generator).tolist()
+        drawn_lengths = [self.lengths[index] for index in draws]
+        order = get_length_grouped_indices(drawn_lengths, self.batch_size, generator=self.generator)
+        return iter([draws[position] for position in order])
+
+
 class NDRTrainer(Trainer):
     """`Trainer` with the paper's two differences: AdamW decays *all* parameters (Trainer exempts biases and norms),
     and the best checkpoint is the *latest* one with the best metric (Trainer keeps the first). With
@@ -736,12 +755,16 @@ class NDRTrainer(Trainer):
     def _get_train_sampler(self, train_dataset=None):
         if not self.balance_depths:
             return super()._get_train_sampler(train_dataset)
-        depths = np.asarray((train_dataset or self.train_dataset)["depth"])
+        dataset = train_dataset or self.train_dataset
+        depths = np.asarray(dataset["depth"])
         _, inverse, counts = np.unique(depths, return_inverse=True, return_counts=True)
         # the same generator seed in every process: accelerate shards one common sequence of batches
         generator = torch.Generator().manual_seed(self.args.seed)
         weights = torch.as_tensor(1.0 / counts[inverse], dtype=torch.double)
-        return torch.utils.data.WeightedRandomSampler(weights, num_samples=len(depths), generator=generator)
+        if self.args.train_sampling_strategy != "group_by_length":
+            return torch.utils.data.WeightedRandomSampler(weights, num_samples=len(depths), generator=generator)
+        lengths = [len(ids) for ids in dataset["input_ids"]]
+        return LengthGroupedBalancedSampler(weights, lengths, self.args.per_device_train_batch_size, generator)
 
     def get_decay_parameter_names(self, model) -> list[str]:
         return [name for name, _ in model.named_parameters()]
