@@ -4,6 +4,7 @@
     python hub_cards/make_model_repos.py --train         # train the runs that are missing first (make release)
     python hub_cards/make_model_repos.py --push --org ORG [--names ndr-ctl-forward]   # upload (needs a network)
     python hub_cards/make_model_repos.py --stage DIR     # what --push uploads, written to DIR instead
+    python hub_cards/make_model_repos.py --refresh       # re-render built releases' cards (no run in outputs/)
 
 Each release is one training run of `training/train.py` with a task preset, launched as `make demo` launches it (two
 gloo processes on the CPU), into `outputs/<run>/`. Its folder here holds `config.json` (with `auto_map` and
@@ -79,10 +80,20 @@ RELEASES = {
 }
 
 
-def build(name: str, org: str, train: bool) -> str | None:
-    """Copy a trained run into `hub_cards/models/<name>/` (training it first with `train`); None if untrained."""
+def build(name: str, org: str, train: bool, refresh: bool = False) -> str | None:
+    """Copy a trained run into `hub_cards/models/<name>/` (training it first with `train`); None if untrained.
+    With `refresh`, a release whose run is not in `outputs/` is re-rendered from its own folder (same weights,
+    results and run record; the card and config as today's code writes them)."""
     release = RELEASES[name]
     run = release.output_dir()
+    released = os.path.join(MODELS_DIR, name)
+    if refresh and not os.path.isfile(os.path.join(run, "eval_results.json")):
+        if not os.path.isfile(os.path.join(released, "eval_results.json")):
+            print(f"[release] {name}: nothing to refresh (no run in {run}, no release in {released})")
+            return None
+        with tempfile.TemporaryDirectory() as copy:  # export_model reads the folder it then replaces
+            run = shutil.copytree(released, os.path.join(copy, name))
+            return _copy_release(name, run, org)
     if not os.path.isfile(os.path.join(run, "eval_results.json")):
         if not train:
             command = " ".join(release.train_command())
@@ -91,6 +102,10 @@ def build(name: str, org: str, train: bool) -> str | None:
         print(f"[release] {name}: training {' '.join(release.train_command())}", flush=True)
         env = dict(os.environ, ACCELERATE_USE_CPU="true", OMP_NUM_THREADS="1")
         subprocess.run(release.train_command(), check=True, env=env, cwd=REPO)
+    return _copy_release(name, run, org)
+
+
+def _copy_release(name: str, run: str, org: str) -> str:
     target = os.path.join(MODELS_DIR, name)
     with tempfile.TemporaryDirectory() as staging:
         export_model(run, staging, repo_id=f"{org}/{name}")  # re-render the card for the released hub id
@@ -126,6 +141,11 @@ def main(argv=None):
     parser.add_argument("--names", nargs="+", choices=sorted(RELEASES), default=list(RELEASES))
     parser.add_argument("--org", default=DEFAULT_ORG, help="Hub namespace used in the cards and by --push.")
     parser.add_argument("--train", action="store_true", help="Train the runs that do not exist yet.")
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="Re-render the cards of built releases whose runs are not in outputs/ (after a template change).",
+    )
     parser.add_argument("--push", action="store_true", help="Upload each built folder with its modeling code.")
     parser.add_argument("--stage", help="Write what --push would upload into this folder instead.")
     args = parser.parse_args(argv)
@@ -143,7 +163,7 @@ def main(argv=None):
                 else:
                     print(f"[release] staged {folder}")
         return
-    built = [name for name in args.names if build(name, args.org, args.train)]
+    built = [name for name in args.names if build(name, args.org, args.train, args.refresh)]
     missing = sorted(set(args.names) - set(built))
     untrained = f"; not trained: {', '.join(missing)}" if missing else ""
     print(f"[release] built: {', '.join(built) or 'none'}{untrained}")

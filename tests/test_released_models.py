@@ -43,7 +43,8 @@ def fresh_ood_test(task: dict) -> tuple[list[str], list[str]]:
         rows = ctl_compositions(depths, N_FRESH // len(depths), seed=task.get("task_seed") or 0,
                                 direction=task.get("direction") or "forward", sample_seed=FRESH_SEED)  # fmt: skip
     else:
-        rows = load_task(name, seed=FRESH_SEED, n_train=1, n_eval=N_FRESH)["ood_test"]
+        # a small train split (arithmetic needs its 200 single operations in it); only ood_test is read
+        rows = load_task(name, seed=FRESH_SEED, n_train=500, n_eval=N_FRESH)["ood_test"]
     names = task_label_names(name)
     return [row["text"] for row in rows], [names[row["label"]] if isinstance(row["label"], int) else row["label"]
                                            for row in rows]  # fmt: skip

@@ -154,6 +154,25 @@ def test_model_card_parses_and_model_index_round_trips(trained_run):
     assert "| ood_test |" in card.text and "trust_remote_code=True" in card.text
 
 
+def test_model_card_sets_the_result_against_the_papers(trained_run):
+    output_dir, results = trained_run
+    text = ModelCard.load(output_dir / "export" / "README.md").text
+    assert "The paper reports **1.00** `ood_test` accuracy" in text and "`ctl_paper`" in text
+    short = results["ood_test"]["accuracy"] < 0.95
+    assert ("not a reproduction of the paper's number" in text) == short, "a short model says so, a good one not"
+
+    export = load_script("export")
+    evaluated = {"ood_test": {"accuracy": 0.5, "by_depth": {}}}
+    arithmetic = {"task": {"task": "arithmetic"}}
+    assert export.paper_reference(arithmetic, evaluated) == {
+        "accuracy": "0.98 ± 0.01", "preset": "arithmetic_paper", "ours": 0.5, "short": True
+    }  # fmt: skip
+    assert not export.paper_reference(arithmetic, {"ood_test": {"accuracy": 0.96, "by_depth": {}}})["short"]
+    assert export.paper_reference({**arithmetic, "variant": "transformer"}, evaluated) is None, "baselines: no claim"
+    assert export.paper_reference({"task": {"train_file": "my.jsonl"}}, evaluated) is None, "own data: no claim"
+    assert export.paper_reference(arithmetic, {"iid_test": {"accuracy": 1.0, "by_depth": {}}}) is None
+
+
 def test_standalone_export_script(trained_run, tmp_path):
     output_dir, _ = trained_run
     result = subprocess.run(
@@ -263,6 +282,41 @@ def test_balanced_sampler_draws_depths_uniformly():
     drawn = torch.tensor([depths[i] for i in trainer._get_train_sampler(dataset)])
     shares = [(drawn == d).float().mean().item() for d in (1, 2, 5)]
     assert all(abs(share - 1 / 3) < 0.07 for share in shares), f"depth shares {shares} should all be about 1/3"
+
+
+def test_balanced_sampler_groups_batches_by_length():
+    """balance_depths with group_by_length: depths still drawn uniformly, and each batch holds similar lengths."""
+    from datasets import Dataset
+    from transformers import TrainingArguments
+
+    train = load_script("train")
+    generator = torch.Generator().manual_seed(0)
+    depths = [1] * 50 + [2] * 450 + [3] * 1500
+    lengths = torch.randint(3, 50, (len(depths),), generator=generator).tolist()
+    dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2] * n for n in lengths]})
+    model = NDRForSequenceClassification(
+        train.NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
+    )
+
+    def batches(strategy):
+        args = TrainingArguments(
+            output_dir="unused", report_to="none", seed=3, per_device_train_batch_size=16,
+            train_sampling_strategy=strategy,
+        )  # fmt: skip
+        trainer = train.NDRTrainer(model=model, args=args, train_dataset=dataset, balance_depths=True)
+        order = list(trainer._get_train_sampler(dataset))
+        assert len(order) == len(depths)
+        return [order[i : i + 16] for i in range(0, len(order), 16)]
+
+    grouped = batches("group_by_length")
+    drawn = torch.tensor([depths[i] for batch in grouped for i in batch])
+    shares = [(drawn == d).float().mean().item() for d in (1, 2, 3)]
+    assert all(abs(share - 1 / 3) < 0.07 for share in shares), f"depth shares {shares} should all be about 1/3"
+
+    def padding(batches):  # padded positions per batch, summed: what grouping saves
+        return sum(len(batch) * max(lengths[i] for i in batch) - sum(lengths[i] for i in batch) for batch in batches)
+
+    assert padding(grouped) < 0.2 * padding(batches("random")), "length-grouped batches should need little padding"
 
 
 @pytest.mark.parametrize("preset", ["arithmetic_cpu", "listops_cpu", "arithmetic_paper", "listops_paper"])
