@@ -2,6 +2,7 @@
 HF cache with `AutoModel` and `AutoModelForSequenceClassification`, and its accuracy on freshly generated `ood_test`
 samples agrees with what its model card claims, within sampling error."""
 
+import importlib.util
 import json
 import math
 import os
@@ -26,6 +27,13 @@ FRESH_SEED = 2026  # not a seed any split of the training data was drawn from
 
 def test_at_least_one_model_is_released():
     assert MODELS, "hub_cards/models/ holds no released model (make release)"
+
+
+def test_every_release_is_built():
+    spec = importlib.util.spec_from_file_location("make_model_repos", REPO / "hub_cards" / "make_model_repos.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert sorted(module.RELEASES) == [path.name for path in MODELS], "make release builds every folder in RELEASES"
 
 
 def card_accuracy(folder: Path, split: str) -> float:
