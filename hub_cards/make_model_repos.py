@@ -91,9 +91,7 @@ def build(name: str, org: str, train: bool, refresh: bool = False) -> str | None
         if not os.path.isfile(os.path.join(released, "eval_results.json")):
             print(f"[release] {name}: nothing to refresh (no run in {run}, no release in {released})")
             return None
-        with tempfile.TemporaryDirectory() as copy:  # export_model reads the folder it then replaces
-            run = shutil.copytree(released, os.path.join(copy, name))
-            return _copy_release(name, run, org)
+        return _copy_release(name, released, org)  # the export is staged before the folder is replaced
     if not os.path.isfile(os.path.join(run, "eval_results.json")):
         if not train:
             command = " ".join(release.train_command())

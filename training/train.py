@@ -764,7 +764,8 @@ class NDRTrainer(Trainer):
         if self.args.train_sampling_strategy != "group_by_length":
             return torch.utils.data.WeightedRandomSampler(weights, num_samples=len(depths), generator=generator)
         lengths = [len(ids) for ids in dataset["input_ids"]]
-        return LengthGroupedBalancedSampler(weights, lengths, self.args.per_device_train_batch_size, generator)
+        batch_size = self.args.train_batch_size * self.args.gradient_accumulation_steps  # as Trainer's grouping
+        return LengthGroupedBalancedSampler(weights, lengths, batch_size, generator)
 
     def get_decay_parameter_names(self, model) -> list[str]:
         return [name for name, _ in model.named_parameters()]
