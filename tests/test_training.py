@@ -362,3 +362,18 @@ def test_every_task_preset_trains_evaluates_and_exports(preset, tmp_path):
     assert config["id2label"]["9"] == "9"
     if task == "listops":
         assert config["eval_num_hidden_layers"] == 24, "ListOps evaluates with more steps than it trains with"
+
+
+def test_card_command_shows_paths_inside_the_checkout_relative():
+    """`make release` passes absolute output directories; the card shows the command a user types in their own clone
+    (paths outside the checkout are kept as they are)."""
+    export = load_script("export")
+    repo = export.REPO_ROOT
+    run_config = {
+        "command": [os.path.join(repo, "training", "train.py"), "--output_dir", os.path.join(repo, "outputs", "x"),
+                    "--train_file", "/elsewhere/train.jsonl"],  # fmt: skip
+        "processes": 1,
+    }
+    assert export.training_command(run_config) == (
+        "python training/train.py --output_dir outputs/x --train_file /elsewhere/train.jsonl"
+    )

@@ -195,6 +195,13 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
 TOKENIZER_FILE = "tokenizer.json"
 
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([os.path.abspath(path), folder]) == folder
+
+
 def training_command(run_config: dict) -> str:
     """The command that trained a run, as a user would type it (train.py's arguments; the launcher if several
     processes ran)."""
@@ -202,6 +209,8 @@ def training_command(run_config: dict) -> str:
     if not argv:
         return "not recorded"
     script = "training/train.py" if argv[0].endswith("train.py") else argv[0]
+    # paths inside this checkout (make release passes absolute ones) as a user in their own clone would type them
+    argv = [os.path.relpath(arg, REPO_ROOT) if os.path.isabs(arg) and _inside(arg, REPO_ROOT) else arg for arg in argv]
     processes = run_config.get("processes") or 1
     launcher = "python "
     if processes > 1 and "--use_cpu" in argv:  # gloo on the CPU, as make demo launches it (see README)
