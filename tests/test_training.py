@@ -370,8 +370,13 @@ def test_card_command_shows_paths_inside_the_checkout_relative():
     export = load_script("export")
     repo = export.REPO_ROOT
     run_config = {
-        "command": [os.path.join(repo, "training", "train.py"), "--output_dir", os.path.join(repo, "outputs", "x"),
-                    "--train_file", "/elsewhere/train.jsonl"],  # fmt: skip
+        "command": [
+            os.path.join(repo, "training", "train.py"),
+            "--output_dir",
+            os.path.join(repo, "outputs", "x"),
+            "--train_file",
+            "/elsewhere/train.jsonl",
+        ],
         "processes": 1,
     }
     assert export.training_command(run_config) == (
