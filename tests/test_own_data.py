@@ -2,7 +2,6 @@
 evaluate_model.py, and one-line errors for bad data. Tiny models and tens of samples, so the whole file runs in
 about a minute on a CPU."""
 
-import importlib.util
 import json
 import logging
 import os
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from scripts import load_script
 from transformers import AutoTokenizer, pipeline, set_seed
 
 from modeling_ndr import NDRForSequenceClassification
@@ -27,13 +27,6 @@ TINY_MODEL = [
     "--use_cpu", "true", "--disable_tqdm", "true", "--report_to", "none", "--seed", "1",
 ]  # fmt: skip
 SPLITS = ("iid_test", "ood_valid", "ood_test")
-
-
-def load_script(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 HF cache with `AutoModel` and `AutoModelForSequenceClassification`, and its accuracy on freshly generated `ood_test`
 samples agrees with what its model card claims, within sampling error."""
 
-import importlib.util
 import json
 import math
 import os
@@ -12,6 +11,7 @@ import pytest
 import torch
 from hub_cache import install_in_hub_cache
 from huggingface_hub import ModelCard
+from scripts import load_script
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 from modeling_ndr import NDRForSequenceClassification, NDRModel, load_task, task_label_names
@@ -30,9 +30,7 @@ def test_at_least_one_model_is_released():
 
 
 def test_every_release_is_built():
-    spec = importlib.util.spec_from_file_location("make_model_repos", REPO / "hub_cards" / "make_model_repos.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("hub_cards/make_model_repos.py")
     assert sorted(module.RELEASES) == [path.name for path in MODELS], "make release builds every folder in RELEASES"
 
 

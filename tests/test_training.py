@@ -1,6 +1,5 @@
 """End-to-end tests of training/train.py and training/export.py on a tiny model and small data."""
 
-import importlib.util
 import json
 import os
 import re
@@ -13,6 +12,7 @@ import pytest
 import torch
 from hub_cache import install_in_hub_cache
 from huggingface_hub import ModelCard
+from scripts import load_script
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 from modeling_ndr import NDRForSequenceClassification, NDRModel
@@ -28,18 +28,11 @@ TINY = [
 ]  # fmt: skip
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"ndr_{name}", REPO / "training" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     """One short in-process run: 24 steps, evaluation and saving every 8."""
     output_dir = tmp_path_factory.mktemp("run") / "ctl"
-    train = load_script("train")
+    train = load_script("training/train.py")
     argv = TINY + [
         "--max_steps",
         "24",
@@ -161,7 +154,7 @@ def test_model_card_sets_the_result_against_the_papers(trained_run):
     short = results["ood_test"]["accuracy"] < 0.95
     assert ("not a reproduction of the paper's number" in text) == short, "a short model says so, a good one not"
 
-    export = load_script("export")
+    export = load_script("training/export.py")
     evaluated = {"ood_test": {"accuracy": 0.5, "by_depth": {}}}
     arithmetic = {"task": {"task": "arithmetic"}}
     assert export.paper_reference(arithmetic, evaluated) == {
@@ -242,7 +235,7 @@ def test_two_process_cpu_run_logs_the_same_loss_scale(tmp_path):
 
 
 def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
-    train = load_script("train")
+    train = load_script("training/train.py")
     task_args, model_args, _, training_args, preset = train.parse_arguments(
         ["--preset", "ctl_cpu", "--learning_rate", "0.5", "--output_dir", str(tmp_path)]
     )
@@ -254,7 +247,7 @@ def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
 
 
 def test_bad_presets_are_refused_with_their_names(tmp_path):
-    train = load_script("train")
+    train = load_script("training/train.py")
     with pytest.raises(ValueError, match="no_such_preset"):
         train.parse_arguments(["--preset", "no_such_preset"])
     bad = tmp_path / "bad.yaml"
@@ -267,7 +260,7 @@ def test_balanced_sampler_draws_depths_uniformly():
     from datasets import Dataset
     from transformers import TrainingArguments
 
-    train = load_script("train")
+    train = load_script("training/train.py")
     depths = [1] * 10 + [2] * 90 + [5] * 900
     dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2, 3]] * len(depths)})
     model = NDRForSequenceClassification(
@@ -289,7 +282,7 @@ def test_balanced_sampler_groups_batches_by_length():
     from datasets import Dataset
     from transformers import TrainingArguments
 
-    train = load_script("train")
+    train = load_script("training/train.py")
     generator = torch.Generator().manual_seed(0)
     depths = [1] * 50 + [2] * 450 + [3] * 1500
     lengths = torch.randint(3, 50, (len(depths),), generator=generator).tolist()
@@ -321,7 +314,7 @@ def test_balanced_sampler_groups_batches_by_length():
 
 @pytest.mark.parametrize("preset", ["arithmetic_cpu", "listops_cpu", "arithmetic_paper", "listops_paper"])
 def test_every_task_preset_trains_evaluates_and_exports(preset, tmp_path):
-    train = load_script("train")
+    train = load_script("training/train.py")
     argv = [
         "--preset",
         preset,
@@ -367,7 +360,7 @@ def test_every_task_preset_trains_evaluates_and_exports(preset, tmp_path):
 def test_card_command_shows_paths_inside_the_checkout_relative():
     """`make release` passes absolute output directories; the card shows the command a user types in their own clone
     (paths outside the checkout are kept as they are)."""
-    export = load_script("export")
+    export = load_script("training/export.py")
     repo = export.REPO_ROOT
     run_config = {
         "command": [

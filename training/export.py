@@ -20,9 +20,8 @@ from modeling_ndr import NDRForSequenceClassification
 from modeling_ndr.tokenization_ndr import NDRTokenizerFast
 
 
-TEMPLATE = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hub_cards", "model_card_template.md"
-)
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEMPLATE = os.path.join(REPO_ROOT, "hub_cards", "model_card_template.md")
 TASK_TITLES = {
     "ctl": "compositional table lookup ({direction})",
     "arithmetic": "simple arithmetic modulo 10",
@@ -193,9 +192,6 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
 
 
 TOKENIZER_FILE = "tokenizer.json"
-
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _inside(path: str, folder: str) -> bool:
