@@ -11,7 +11,7 @@ DEMO_DIR ?= outputs/ctl_$(DEMO_DIRECTION)_cpu
 NPROC ?= 2
 DEMO_ARGS ?=
 
-.PHONY: compare release push-release setup demo demo-backward demo-backward-long test test-slow lint bench datasets clean
+.PHONY: compare release push-release setup demo demo-backward demo-backward-long demo-backward-first test test-slow lint bench datasets clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,10 @@ demo-backward: $(STAMP)
 # opt-in: about 30 minutes; the recipe under which backward does learn on this CPU
 demo-backward-long: $(STAMP)
 	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_cpu_long DEMO_DIR=outputs/ctl_backward_cpu_long
+
+# backward in the demo budget (about 11 minutes): the classifier reads [BOS], next to the last-applied function
+demo-backward-first: $(STAMP)
+	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_first_cpu DEMO_DIR=outputs/ctl_backward_first_cpu
 
 # the README's worked example (about 10 min after make demo): fine-tune the demo model on a new task (CTL with three
 # new functions, as jsonl) against the same size trained from scratch, then with the plain Trainer snippet

@@ -246,6 +246,23 @@ def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
     assert paper.learning_rate == 2e-4 and paper.lr_scheduler_type == "constant" and paper.warmup_steps == 0
 
 
+@pytest.mark.parametrize("preset", sorted(path.stem for path in (REPO / "configuration").glob("*.yaml")))
+def test_every_preset_parses(preset, tmp_path):
+    train = load_script("training/train.py")
+    task_args, _, _, training_args, values = train.parse_arguments(["--preset", preset, "--output_dir", str(tmp_path)])
+    assert task_args.task == values["task"] and training_args.max_steps == values["max_steps"]
+
+
+def test_backward_demo_in_budget_reads_bos(tmp_path):
+    """`make demo-backward-first` trains backward CTL with the classifier on [BOS] (make demo passes --direction)."""
+    train = load_script("training/train.py")
+    task_args, model_args, *_ = train.parse_arguments(["--preset", "ctl_backward_first_cpu"])
+    assert (task_args.direction, model_args.readout) == ("backward", "first")
+    dry_run = subprocess.run(["make", "-n", "demo-backward-first"], cwd=REPO, capture_output=True, text=True)
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert re.search(r"--preset ctl_backward_first_cpu --direction backward ", dry_run.stdout), dry_run.stdout
+
+
 def test_bad_presets_are_refused_with_their_names(tmp_path):
     train = load_script("training/train.py")
     with pytest.raises(ValueError, match="no_such_preset"):
