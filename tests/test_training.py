@@ -246,16 +246,32 @@ def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
     assert paper.learning_rate == 2e-4 and paper.lr_scheduler_type == "constant" and paper.warmup_steps == 0
 
 
+@pytest.fixture(scope="module")
+def train_script():
+    return load_script("training/train.py")
+
+
 @pytest.mark.parametrize("preset", sorted(path.stem for path in (REPO / "configuration").glob("*.yaml")))
-def test_every_preset_parses(preset, tmp_path):
-    train = load_script("training/train.py")
+def test_every_preset_parses(preset, tmp_path, train_script):
+    train = train_script
     task_args, _, _, training_args, values = train.parse_arguments(["--preset", preset, "--output_dir", str(tmp_path)])
     assert task_args.task == values["task"] and training_args.max_steps == values["max_steps"]
 
 
-def test_backward_demo_in_budget_reads_bos(tmp_path):
+def test_a_preset_can_start_from_another(tmp_path, train_script):
+    child = tmp_path / "child.yaml"
+    child.write_text("base: ctl_cpu\nlearning_rate: 0.5\n")
+    values = train_script.read_preset(str(child))
+    assert values == {**train_script.read_preset("ctl_cpu"), "learning_rate": 0.5}, "the base's values, overridden"
+    (tmp_path / "a.yaml").write_text(f"base: {tmp_path / 'b.yaml'}\n")
+    (tmp_path / "b.yaml").write_text(f"base: {tmp_path / 'a.yaml'}\n")
+    with pytest.raises(ValueError, match="loops back"):
+        train_script.read_preset(str(tmp_path / "a.yaml"))
+
+
+def test_backward_demo_in_budget_reads_bos(train_script):
     """`make demo-backward-first` trains backward CTL with the classifier on [BOS] (make demo passes --direction)."""
-    train = load_script("training/train.py")
+    train = train_script
     task_args, model_args, *_ = train.parse_arguments(["--preset", "ctl_backward_first_cpu"])
     assert (task_args.direction, model_args.readout) == ("backward", "first")
     dry_run = subprocess.run(["make", "-n", "demo-backward-first"], cwd=REPO, capture_output=True, text=True)

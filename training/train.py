@@ -9,9 +9,10 @@
     # fine-tune a trained NDR on it: new words are added to its tokenizer, a different label set gets a new head
     python training/train.py --model_name_or_path outputs/ctl_forward_cpu/export --train_file train.jsonl ...
 
-`--preset NAME` reads `configuration/NAME.yaml`; any flag on the command line overrides the preset. Every
-`TrainingArguments` flag works. Model fields are set with `--config_overrides "field=value,..."` (any `NDRConfig`
-field, as in transformers' `run_clm.py`) or, for the fields that had flags before, with those flags.
+`--preset NAME` reads `configuration/NAME.yaml` (a preset with `base: OTHER` starts from preset OTHER's values); any
+flag on the command line overrides the preset. Every `TrainingArguments` flag works. Model fields are set with
+`--config_overrides "field=value,..."` (any `NDRConfig` field, as in transformers' `run_clm.py`) or, for the fields
+that had flags before, with those flags.
 
 The paper's tasks are evaluated on `iid_test`, `ood_valid` and `ood_test`, and the best checkpoint is the one with the
 highest `ood_valid` accuracy (the latest on ties, as in the paper). Your own data is evaluated on every split besides
@@ -206,8 +207,11 @@ def preset_path(name: str) -> str:
     raise UsageError(f"--preset {name!r} not found; available presets: {available}")
 
 
-def read_preset(name: str) -> dict:
+def read_preset(name: str, _children: tuple[str, ...] = ()) -> dict:
+    """A preset's values; `base: OTHER` starts from preset OTHER's values, which the file's own ones override."""
     path = preset_path(name)
+    if path in _children:
+        raise UsageError(f"--preset {path}: its `base` chain loops back to it")
     try:
         with open(path) as f:
             values = yaml.safe_load(f) or {}
@@ -215,6 +219,8 @@ def read_preset(name: str) -> dict:
         raise UsageError(f"--preset {path}: cannot read it ({str(error).splitlines()[0]})") from None
     if not isinstance(values, dict):
         raise UsageError(f"--preset {path}: expected a mapping of flag names to values, got {type(values).__name__}")
+    if "base" in values:
+        values = {**read_preset(values.pop("base"), _children + (path,)), **values}
     known = {f.name for dataclass_type in ARGUMENT_CLASSES for f in fields(dataclass_type)}
     unknown = sorted(set(values) - known)
     if unknown:
