@@ -270,10 +270,12 @@ def test_a_preset_can_start_from_another(tmp_path, train_script):
 
 
 def test_backward_demo_in_budget_reads_bos(train_script):
-    """`make demo-backward-first` trains backward CTL with the classifier on [BOS] (make demo passes --direction)."""
+    """`make demo-backward-first` trains backward CTL with the classifier on [BOS] (make demo passes --direction), and
+    evaluates with more steps than it trains with (the ood_test depths need them)."""
     train = train_script
     task_args, model_args, *_ = train.parse_arguments(["--preset", "ctl_backward_first_cpu"])
     assert (task_args.direction, model_args.readout) == ("backward", "first")
+    assert model_args.eval_num_hidden_layers > model_args.num_hidden_layers == 14
     dry_run = subprocess.run(["make", "-n", "demo-backward-first"], cwd=REPO, capture_output=True, text=True)
     assert dry_run.returncode == 0, dry_run.stderr
     assert re.search(r"--preset ctl_backward_first_cpu --direction backward ", dry_run.stdout), dry_run.stdout
