@@ -38,7 +38,7 @@ demo-backward: $(STAMP)
 demo-backward-long: $(STAMP)
 	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_cpu_long DEMO_DIR=outputs/ctl_backward_cpu_long
 
-# opt-in: about 33 minutes; the same recipe on forward (ood_test 0.995 where make demo gives 0.87-0.98): ndr-ctl-forward
+# opt-in: about 33 minutes; the same recipe on forward (ood_test 0.995; make demo: 0.87-0.98): ndr-ctl-forward
 demo-forward-long: $(STAMP)
 	$(MAKE) demo DEMO_DIRECTION=forward DEMO_PRESET=ctl_backward_cpu_long DEMO_DIR=outputs/ctl_forward_cpu_long
 
@@ -78,8 +78,9 @@ bench: $(STAMP)
 datasets: $(STAMP)
 	$(BIN)/python hub_cards/make_dataset_repos.py
 
-# the released models in hub_cards/models/ (trains the runs that are missing: make demo-forward-long, make demo-backward-long, the
-# arithmetic_cpu and listops_cpu presets), and their upload with the modeling code (needs a network and a token)
+# the released models in hub_cards/models/ (trains the runs that are missing: make demo-forward-long,
+# make demo-backward-long, the arithmetic_cpu and listops_cpu presets), and their upload with the modeling code (needs a
+# network and a token)
 release: $(STAMP)
 	$(BIN)/python hub_cards/make_model_repos.py --train
 ORG ?= ndr-org
