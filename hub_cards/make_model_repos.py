@@ -59,12 +59,13 @@ class Release:
     direction: str | None = None
 
     def train_command(self) -> list[str]:
+        """The training launch, run from the repository root: paths in it are relative, as the run records them."""
         bin_dir = os.path.dirname(sys.executable)
         command = [os.path.join(bin_dir, "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
                    "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                   os.path.join(REPO, "training", "train.py"), "--preset", self.preset, "--use_cpu",
-                   "--ddp_find_unused_parameters", "false", "--output_dir", self.output_dir(), "--disable_tqdm",
-                   "true"]  # fmt: skip
+                   os.path.join("training", "train.py"), "--preset", self.preset, "--use_cpu",
+                   "--ddp_find_unused_parameters", "false", "--output_dir", os.path.join("outputs", self.run),
+                   "--disable_tqdm", "true"]  # fmt: skip
         return command + (["--direction", self.direction] if self.direction else [])
 
     def output_dir(self) -> str:
