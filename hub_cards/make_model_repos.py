@@ -64,7 +64,7 @@ class Release:
         command = [os.path.join(bin_dir, "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
                    "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                    os.path.join("training", "train.py"), "--preset", self.preset, "--use_cpu",
-                   "--ddp_find_unused_parameters", "false", "--output_dir", os.path.join("outputs", self.run),
+                   "--ddp_find_unused_parameters", "false", "--output_dir", os.path.relpath(self.output_dir(), REPO),
                    "--disable_tqdm", "true"]  # fmt: skip
         return command + (["--direction", self.direction] if self.direction else [])
 
