@@ -396,10 +396,12 @@ def geometric_attention_weights(
             Pre-sigmoid scores `z_ij` of query i for key j.
         attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*):
             1 for tokens, 0 for padding. Padded keys never match. Rows of padded queries are finite (and unused).
-        left, right (`torch.Tensor` of shape `(batch, heads, seq)`, *optional*):
-            A per-query term added to the logits of the keys left (j < i) / right (j > i) of the query: the NDR's
+        left (`torch.Tensor` of shape `(batch, heads, seq)`, *optional*):
+            A per-query term added to the logits of the keys left of the query (j < i): with `right`, the NDR's
             directional encoding. Passing it here instead of adding it to `logits` saves two passes over
-            `(seq, seq)` tensors.
+            `(seq, seq)` tensors. Give both `left` and `right`, or neither.
+        right (`torch.Tensor` of shape `(batch, heads, seq)`, *optional*):
+            The same for the keys right of the query (j > i).
 
     Returns:
         `torch.Tensor` of shape `(batch, heads, seq, seq)`, float32 (float64 for float64 logits): the weights `A`;

@@ -358,6 +358,9 @@ class NDRModel(NDRPreTrainedModel):
         output_gates: bool | None = None,
     ) -> NDRModelOutput:
         r"""
+        Run the shared layer step after step over the embedded input. `return_dict=False` (a keyword every
+        transformers model takes) gives a tuple instead of an [`NDRModelOutput`].
+
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, seq)`): token ids, `[BOS] ... [EOS]`.
             attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*): 1 for tokens, 0 for padding.
@@ -367,9 +370,14 @@ class NDRModel(NDRPreTrainedModel):
                 with adaptive steps to `config.max_adaptive_steps` (default twice `num_hidden_layers`).
             adaptive_steps (`bool`, *optional*): at inference, run each sample until its state stops changing;
                 defaults to `config.adaptive_steps`. Ignored in training.
-            output_attentions / output_hidden_states / output_gates (`bool`, *optional*): return every step's
-                attention weights / states / copy gates; default to the config's values of the same name.
-            return_dict (`bool`, *optional*): a tuple instead of an [`NDRModelOutput`] if `False`.
+            output_attentions (`bool`, *optional*): return every step's attention weights; defaults to
+                `config.output_attentions`.
+            output_hidden_states (`bool`, *optional*): return the state after every step; defaults to
+                `config.output_hidden_states`.
+            output_gates (`bool`, *optional*): return every step's copy gates; defaults to `config.output_gates`.
+
+        Returns:
+            [`NDRModelOutput`].
         """
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
         config = self.config
@@ -521,10 +529,15 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         output_gates: bool | None = None,
     ) -> NDRSequenceClassifierOutput:
         r"""
+        Classify each sequence from the column `config.readout` names. The arguments other than `labels` are those
+        of [`NDRModel.forward`].
+
         Args:
             labels (`torch.Tensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*): targets; the loss
                 follows `config.problem_type` (single-label, multi-label or regression) as in other HF models.
-            Other arguments as in [`NDRModel.forward`].
+
+        Returns:
+            [`NDRSequenceClassifierOutput`].
         """
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
         device = (input_ids if input_ids is not None else inputs_embeds).device
