@@ -1,8 +1,12 @@
-"""Configuration of the Neural Data Router (Csordás, Irie & Schmidhuber, ICLR 2022)."""
+"""Configuration of the Neural Data Router (Csordás, Irie & Schmidhuber, ICLR 2022).
+
+The fields are checked by this file's own small rules (after the class), not by transformers' typed `@strict` fields:
+those raise a multi-line error that is not a `ValueError`, and only transformers releases from 2026 on have them, while
+this package allows any transformers 5.x and a `trust_remote_code` copy of this file runs under the user's version.
+"""
 
 import math
 import numbers
-from dataclasses import dataclass
 
 from transformers import PreTrainedConfig
 
@@ -24,137 +28,6 @@ AUTO_MAP = {
     "AutoModel": "modeling_ndr.NDRModel",
     "AutoModelForSequenceClassification": "modeling_ndr.NDRForSequenceClassification",
 }
-
-
-def as_python_scalar(value):
-    """numpy and 0-d torch scalars as the Python `bool`/`int`/`float` they hold (so configs stay JSON-serialisable);
-    anything else unchanged."""
-    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        return value.item()
-    if type(value).__name__ == "Tensor" and hasattr(value, "item") and value.dim() == 0:
-        return value.item()
-    return value
-
-
-# --------------------------------------------------------------------------------- declarative field validation
-
-
-@dataclass(frozen=True)
-class Integer:
-    """An `int` (not a `bool`) of at least `minimum`; `None` too if `optional`."""
-
-    minimum: int = 1
-    optional: bool = False
-
-    def problem(self, value) -> str | None:
-        if value is None and self.optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
-            return f"expected {'None or ' if self.optional else ''}an integer >= {self.minimum}"
-        return None
-
-
-@dataclass(frozen=True)
-class Number:
-    """A finite real number (not a `bool`) in `[minimum, maximum]`, or `[minimum, maximum)` if `below_maximum`."""
-
-    minimum: float = -math.inf
-    maximum: float = math.inf
-    below_maximum: bool = False
-    above_minimum: bool = False
-
-    def problem(self, value) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            return "expected a finite number"
-        too_low = value <= self.minimum if self.above_minimum else value < self.minimum
-        too_high = value >= self.maximum if self.below_maximum else value > self.maximum
-        if too_low or too_high:
-            low = "(" if self.above_minimum else "["
-            high = ")" if self.below_maximum else "]"
-            return f"expected a number in {low}{self.minimum:g}, {self.maximum:g}{high}"
-        return None
-
-
-@dataclass(frozen=True)
-class Flag:
-    def problem(self, value) -> str | None:
-        return None if isinstance(value, bool) else "expected True or False"
-
-
-@dataclass(frozen=True)
-class OneOf:
-    values: tuple
-
-    def problem(self, value) -> str | None:
-        return None if isinstance(value, str) and value in self.values else f"expected one of {self.values}"
-
-
-PROBABILITY = Number(0.0, 1.0, below_maximum=True)
-
-# The NDR's own fields and what each accepts; checked when a field is set, and all together by `validate()`.
-FIELD_RULES = {
-    "vocab_size": Integer(1),
-    "hidden_size": Integer(1),
-    "intermediate_size": Integer(1),
-    "num_attention_heads": Integer(1),
-    "num_hidden_layers": Integer(1),
-    "eval_num_hidden_layers": Integer(1, optional=True),
-    "hidden_dropout_prob": PROBABILITY,
-    "attention_dropout": PROBABILITY,
-    "gate_dropout": PROBABILITY,
-    "gate_bias_init": Number(),
-    "copy_gate": Flag(),
-    "attention_type": OneOf(ATTENTION_TYPES),
-    "position_encoding": OneOf(POSITION_ENCODINGS),
-    "attention_scores": OneOf(ATTENTION_SCORES),
-    "metric_tensor": OneOf(METRIC_TENSORS),
-    "normalize_attention": Flag(),
-    "halting": OneOf(HALTINGS),
-    "act_threshold": Number(0.0, 1.0, above_minimum=True),
-    "act_ponder_weight": Number(0.0),
-    "act_halting_bias_init": Number(),
-    "adaptive_steps": Flag(),
-    "adaptive_threshold": Number(0.0, above_minimum=True),
-    "max_adaptive_steps": Integer(1, optional=True),
-    "readout": OneOf(READOUTS),
-    "layer_norm_eps": Number(0.0, above_minimum=True),
-    "initializer_range": Number(0.0),
-    "output_gates": Flag(),
-}
-
-
-# Combinations that make no sense: (the fields involved, a test the config must pass, why).
-COMBINATION_RULES = (
-    (
-        ("normalize_attention", "attention_type"),
-        lambda c: not c.normalize_attention or c.attention_type == "geometric",
-        "normalize_attention applies to geometric attention only (softmax rows already sum to 1)",
-    ),
-    (
-        ("attention_scores", "position_encoding"),
-        lambda c: c.attention_scores == "dot" or c.position_encoding in METRIC_POSITION_ENCODINGS,
-        f"metric scores use one projection as query and key; they support position_encoding in "
-        f"{METRIC_POSITION_ENCODINGS}",
-    ),
-    (
-        ("halting", "adaptive_steps"),
-        lambda c: not (c.halting == "act" and c.adaptive_steps),
-        "ACT already chooses the number of steps per column; use one of the two",
-    ),
-)
-
-
-def field_error(field: str, value, problem: str) -> ValueError:
-    return ValueError(f"NDRConfig.{field}={value!r} is invalid: {problem}.")
-
-
-def check_field(field: str, value):
-    """`value` as a plain Python scalar if `field` accepts it, else a `ValueError` that names the field."""
-    value = as_python_scalar(value)
-    rule = FIELD_RULES.get(field)
-    if rule is not None and (problem := rule.problem(value)) is not None:
-        raise field_error(field, value, problem)
-    return value
 
 
 class NDRConfig(PreTrainedConfig):
@@ -222,10 +95,8 @@ class NDRConfig(PreTrainedConfig):
             finished sample is frozen and dropped from the batch, so easy inputs cost less.
         adaptive_threshold (`float`, *optional*, defaults to 0.15):
             The largest relative state change, `||h_t - h_(t-1)|| / ||h_(t-1)||` over a sample's real columns, at
-            which it is done. Measured on the CTL demo model (`benchmarks/adaptive_steps.py --study`): its copy gates
-            settle around 0.2-0.4, never near 0, and its prediction flips for several steps before it settles, so
-            neither is a usable signal; the state change is, and 0.15 keeps every split at least as accurate as the
-            trained step count.
+            which it is done. The state change, not the copy gates or the prediction, is the signal: the default was
+            chosen with `benchmarks/adaptive_steps.py --study` (the docs' results pages hold the study).
         max_adaptive_steps (`int`, *optional*):
             The cap for `adaptive_steps`; `None` means twice `num_hidden_layers`.
         readout (`str`, *optional*, defaults to `"last"`):
@@ -318,7 +189,7 @@ class NDRConfig(PreTrainedConfig):
         super().validate()
         for field in FIELD_RULES:
             value = getattr(self, field)
-            if (problem := FIELD_RULES[field].problem(value)) is not None:
+            if (problem := FIELD_RULES[field](value)) is not None:
                 raise field_error(field, value, problem)
         if self.hidden_size % self.num_attention_heads != 0:
             raise field_error(
@@ -331,6 +202,120 @@ class NDRConfig(PreTrainedConfig):
         num_labels = self.num_labels
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise field_error("num_labels", num_labels, "expected an integer >= 1")
+
+
+# ------------------------------------------------------------------------------------------------------ validation
+# A rule takes a value and returns None if the field accepts it, else what was expected.
+
+
+def _integer(minimum: int = 1, optional: bool = False):
+    expected = f"expected {'None or ' if optional else ''}an integer >= {minimum}"
+
+    def problem(value):
+        if value is None and optional:
+            return None
+        return None if isinstance(value, int) and not isinstance(value, bool) and value >= minimum else expected
+
+    return problem
+
+
+def _number(low: float = -math.inf, high: float = math.inf, open_low: bool = False, open_high: bool = False):
+    """A finite real number in [low, high]; `open_low` / `open_high` leave that end out."""
+    interval = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+
+    def problem(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            return "expected a finite number"
+        too_low = value <= low if open_low else value < low
+        too_high = value >= high if open_high else value > high
+        return f"expected a number in {interval}" if too_low or too_high else None
+
+    return problem
+
+
+def _flag(value):
+    return None if isinstance(value, bool) else "expected True or False"
+
+
+def _one_of(values: tuple):
+    return lambda value: None if isinstance(value, str) and value in values else f"expected one of {values}"
+
+
+_PROBABILITY = _number(0.0, 1.0, open_high=True)
+
+# The NDR's own fields and what each accepts; checked when a field is set, and all together by `validate()`.
+FIELD_RULES = {
+    "vocab_size": _integer(),
+    "hidden_size": _integer(),
+    "intermediate_size": _integer(),
+    "num_attention_heads": _integer(),
+    "num_hidden_layers": _integer(),
+    "eval_num_hidden_layers": _integer(optional=True),
+    "hidden_dropout_prob": _PROBABILITY,
+    "attention_dropout": _PROBABILITY,
+    "gate_dropout": _PROBABILITY,
+    "gate_bias_init": _number(),
+    "copy_gate": _flag,
+    "attention_type": _one_of(ATTENTION_TYPES),
+    "position_encoding": _one_of(POSITION_ENCODINGS),
+    "attention_scores": _one_of(ATTENTION_SCORES),
+    "metric_tensor": _one_of(METRIC_TENSORS),
+    "normalize_attention": _flag,
+    "halting": _one_of(HALTINGS),
+    "act_threshold": _number(0.0, 1.0, open_low=True),
+    "act_ponder_weight": _number(0.0),
+    "act_halting_bias_init": _number(),
+    "adaptive_steps": _flag,
+    "adaptive_threshold": _number(0.0, open_low=True),
+    "max_adaptive_steps": _integer(optional=True),
+    "readout": _one_of(READOUTS),
+    "layer_norm_eps": _number(0.0, open_low=True),
+    "initializer_range": _number(0.0),
+    "output_gates": _flag,
+}
+
+# Combinations that make no sense: (the fields involved, a test the config must pass, why).
+COMBINATION_RULES = (
+    (
+        ("normalize_attention", "attention_type"),
+        lambda c: not c.normalize_attention or c.attention_type == "geometric",
+        "normalize_attention applies to geometric attention only (softmax rows already sum to 1)",
+    ),
+    (
+        ("attention_scores", "position_encoding"),
+        lambda c: c.attention_scores == "dot" or c.position_encoding in METRIC_POSITION_ENCODINGS,
+        f"metric scores use one projection as query and key; they support position_encoding in "
+        f"{METRIC_POSITION_ENCODINGS}",
+    ),
+    (
+        ("halting", "adaptive_steps"),
+        lambda c: not (c.halting == "act" and c.adaptive_steps),
+        "ACT already chooses the number of steps per column; use one of the two",
+    ),
+)
+
+
+def as_python_scalar(value):
+    """numpy and 0-d torch scalars as the Python `bool`/`int`/`float` they hold (so configs stay JSON-serialisable);
+    anything else unchanged."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    if type(value).__name__ == "Tensor" and hasattr(value, "item") and value.dim() == 0:
+        return value.item()
+    return value
+
+
+def field_error(field: str, value, problem: str) -> ValueError:
+    return ValueError(f"NDRConfig.{field}={value!r} is invalid: {problem}.")
+
+
+def check_field(field: str, value):
+    """`value` as a plain Python scalar if `field` accepts it, else a `ValueError` that names the field."""
+    value = as_python_scalar(value)
+    rule = FIELD_RULES.get(field)
+    if rule is not None and (problem := rule(value)) is not None:
+        raise field_error(field, value, problem)
+    return value
 
 
 __all__ = ["NDRConfig"]
