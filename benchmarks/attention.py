@@ -12,16 +12,12 @@ forward + backward, each measured in a fresh process (Linux: `/proc/self/clear_r
 import argparse
 import multiprocessing
 import os
-import sys
 
 import torch
 from torch.nn import functional as F
 
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import interleaved, machine, markdown, ratio, save_json  # noqa: E402
-
-from modeling_ndr.attention_ndr import attention  # noqa: E402
+from common import interleaved, machine, markdown, ratio, save_json
+from modeling_ndr.attention_ndr import attention
 
 
 def inputs(batch, heads, seq, head_size, seed=0):

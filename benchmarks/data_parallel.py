@@ -9,19 +9,15 @@ switched off (`no_sync`: compute alone) and the time of one all-reduce of a grad
 
 import argparse
 import os
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import machine, markdown, ratio, save_json  # noqa: E402
-from training_step import SIZES, config_kwargs, task_batches  # noqa: E402
-
-from modeling_ndr import NDRConfig, NDRForSequenceClassification  # noqa: E402
+from common import machine, markdown, ratio, save_json
+from modeling_ndr import NDRConfig, NDRForSequenceClassification
+from training_step import SIZES, config_kwargs, task_batches
 
 
 TOTAL_BATCH = 128

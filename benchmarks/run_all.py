@@ -24,12 +24,10 @@ import sys
 
 import torch
 
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import attention  # noqa: E402
-import data_parallel  # noqa: E402
-import training_step  # noqa: E402
-from common import REPO, machine  # noqa: E402
+import attention
+import data_parallel
+import training_step
+from common import REPO, machine
 
 
 def run_part(title: str, function, *args) -> tuple[dict, str]:

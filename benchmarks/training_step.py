@@ -18,12 +18,9 @@ import sys
 import torch
 from transformers import DataCollatorWithPadding
 
-
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
-from common import interleaved, load_reference_package, machine, markdown, ratio, save_json  # noqa: E402
-
-import modeling_ndr  # noqa: E402
-from modeling_ndr import NDRConfig, NDRForSequenceClassification, load_task, task_tokenizer  # noqa: E402
+import modeling_ndr
+from common import interleaved, load_reference_package, machine, markdown, ratio, save_json
+from modeling_ndr import NDRConfig, NDRForSequenceClassification, load_task, task_tokenizer
 
 
 TRANSFORMER = dict(attention_type="softmax", position_encoding="absolute", copy_gate=False)

@@ -24,17 +24,10 @@ so a second run takes seconds. Upload a folder with
 import argparse
 import collections
 import os
-import sys
 
 import datasets
 from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCardData
-
-
-try:
-    import modeling_ndr  # noqa: F401  (is the package importable?)
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from modeling_ndr import ctl_tables, load_task, task_label_names, task_readout
 from modeling_ndr.tasks import GENERATOR_VERSION, SPLIT_NAMES

@@ -24,19 +24,11 @@ import subprocess
 import sys
 import tempfile
 
+from modeling_ndr.training import export_model
+
 
 HUB_CARDS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HUB_CARDS)
-sys.path.insert(0, os.path.join(REPO, "training"))
-try:
-    import modeling_ndr  # noqa: F401  (registers the auto classes)
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, REPO)
-    import modeling_ndr  # noqa: F401
-
-from export import export_model  # noqa: E402
-
-
 MODELS_DIR = os.path.join(HUB_CARDS, "models")
 DEFAULT_ORG = "ndr-org"
 MAX_BYTES = 3 * 1024 * 1024

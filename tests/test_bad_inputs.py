@@ -1,6 +1,5 @@
 """Bad input gives a clear error that names what is wrong (or a correct finite result), never silent garbage."""
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -9,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from scripts import load_script
 
 from modeling_ndr import (
     NDRConfig,
@@ -17,6 +17,7 @@ from modeling_ndr import (
     build_tokenizer,
     load_task,
     task_tokenizer,
+    training,
 )
 
 
@@ -193,10 +194,7 @@ def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def load_train():
-    spec = importlib.util.spec_from_file_location("ndr_train_bad_inputs", REPO / "training" / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("training/train.py", "ndr_train_bad_inputs")
 
 
 def test_train_command_line_errors_are_one_line():
@@ -222,7 +220,7 @@ def test_train_command_line_errors_are_one_line():
 )
 def test_train_refuses_bad_settings_before_training(argv, message, tmp_path):
     train = load_train()
-    with pytest.raises(train.UsageError, match=message):
+    with pytest.raises(training.UsageError, match=message):
         train.main(["--preset", "ctl_cpu", "--n_train", "100", "--n_eval", "8", "--output_dir", str(tmp_path)] + argv)
 
 
@@ -232,14 +230,14 @@ def test_train_names_an_unreadable_checkpoint_file(tmp_path):
     (checkpoint / "trainer_state.json").write_text("{}")
     (checkpoint / "model.safetensors").write_bytes(b"garbage")
     train = load_train()
-    with pytest.raises(train.UsageError, match="checkpoint-5: cannot read it"):
+    with pytest.raises(training.UsageError, match="checkpoint-5: cannot read it"):
         train.main(["--preset", "ctl_cpu", "--resume_from_checkpoint", str(checkpoint), "--output_dir", str(tmp_path)])
 
 
 def test_train_checks_overrides_of_a_checkpoint_before_training(saved_model, tmp_path):
     train = load_train()
     common = ["--preset", "arithmetic_cpu", "--n_train", "300", "--n_eval", "8", "--output_dir", str(tmp_path)]
-    with pytest.raises(train.UsageError, match="NDRConfig.gate_dropout=1.5"):
+    with pytest.raises(training.UsageError, match="NDRConfig.gate_dropout=1.5"):
         train.main(common + ["--model_name_or_path", str(saved_model), "--gate_dropout", "1.5"])
 
 

@@ -7,7 +7,6 @@ anyway); the tests build the caches themselves with tests/hub_cache.py.
 """
 
 import functools
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,23 +14,16 @@ import subprocess
 import datasets
 import pytest
 from datasets.info import DatasetInfosDict
+from hub_cache import cache_as_if_loaded_online, install_in_hub_cache
 from huggingface_hub import DatasetCard, snapshot_download
+from scripts import load_script
 
 from modeling_ndr import load_task
 from modeling_ndr.tasks import SPLIT_NAMES
 
 
-try:
-    from .hub_cache import cache_as_if_loaded_online, install_in_hub_cache
-except ImportError:  # tests/ is not a package: pytest put this folder on sys.path
-    from hub_cache import cache_as_if_loaded_online, install_in_hub_cache
-
 REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location(
-    "make_dataset_repos", os.path.join(REPOSITORY_ROOT, "hub_cards", "make_dataset_repos.py")
-)
-make_dataset_repos = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_dataset_repos)
+make_dataset_repos = load_script("hub_cards/make_dataset_repos.py", "make_dataset_repos")
 
 CONFIGS = make_dataset_repos.CONFIGS
 NOT_COMMITTED = make_dataset_repos.NOT_COMMITTED

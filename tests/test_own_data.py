@@ -16,7 +16,7 @@ from huggingface_hub import ModelCard
 from scripts import load_script
 from transformers import AutoTokenizer, pipeline, set_seed
 
-from modeling_ndr import NDRForSequenceClassification
+from modeling_ndr import NDRForSequenceClassification, training
 from modeling_ndr.metrics import DEPTH_ACCURACY
 
 
@@ -153,9 +153,9 @@ def test_readout_defaults_to_last_for_own_data_and_to_the_task_s(train, lookup_d
     folder, _ = lookup_data
     data = [] if "--task" in flags else ["--train_file", str(folder / "train.jsonl")]
     argv = data + flags + ["--output_dir", str(tmp_path)]
-    data_args, model_args, *_ = train.parse_arguments(argv)
-    train.check_data_arguments(data_args, train.flags_on_command_line(argv), {})
-    _, model = train.build_tokenizer_and_model(data_args, model_args, ["0", "1"], ["101 j"])
+    data_args, model_args, *_ = training.parse_arguments(argv)
+    training.check_data_arguments(data_args, training.flags_on_command_line(argv), {})
+    _, model = training.build_tokenizer_and_model(data_args, model_args, ["0", "1"], ["101 j"])
     assert model.config.readout == readout
 
 
@@ -174,10 +174,10 @@ def test_fine_tuning_adds_new_words_and_keeps_the_old_embedding_rows(train, json
     old_embeddings = NDRForSequenceClassification.from_pretrained(checkpoint).get_input_embeddings().weight
     path = fine_tune_data(tmp_path, [("101 s j t", "000"), ("110 u k", "011")])
     argv = ["--model_name_or_path", str(checkpoint), "--train_file", str(path), "--output_dir", str(tmp_path / "o")]
-    data_args, model_args, *_ = train.parse_arguments(argv)
-    train.check_data_arguments(data_args, train.flags_on_command_line(argv), {})
-    with caplog.at_level(logging.WARNING, logger="ndr.train"):
-        tokenizer, model = train.build_tokenizer_and_model(
+    data_args, model_args, *_ = training.parse_arguments(argv)
+    training.check_data_arguments(data_args, training.flags_on_command_line(argv), {})
+    with caplog.at_level(logging.WARNING, logger="modeling_ndr.training"):
+        tokenizer, model = training.build_tokenizer_and_model(
             data_args, model_args, ["000", "011"], ["101 s j t", "110 u k"]
         )
     assert len(tokenizer) == len(old_tokenizer) + 3 and model.config.vocab_size == len(tokenizer), "s, t, u added"
@@ -195,10 +195,10 @@ def test_fine_tuning_trains_the_new_embedding_rows(train, jsonl_run, tmp_path):
             "--weight_decay", "0", "--output_dir", str(tmp_path / "run")] + TINY_MODEL  # fmt: skip
 
     def initial_rows():  # what train.main builds before training: same seed, same calls
-        data_args, model_args, _, training_args, _ = train.parse_arguments(argv)
-        train.check_data_arguments(data_args, train.flags_on_command_line(argv), {})
+        data_args, model_args, _, training_args, _ = training.parse_arguments(argv)
+        training.check_data_arguments(data_args, training.flags_on_command_line(argv), {})
         set_seed(training_args.seed)
-        _, model = train.build_tokenizer_and_model(data_args, model_args, ["000", "011"], ["101 s j t", "110 u k"])
+        _, model = training.build_tokenizer_and_model(data_args, model_args, ["000", "011"], ["101 s j t", "110 u k"])
         return model.get_input_embeddings().weight[-3:].detach().clone()
 
     before = initial_rows()
@@ -211,14 +211,14 @@ def test_fine_tuning_trains_the_new_embedding_rows(train, jsonl_run, tmp_path):
 def build_for_labels(train, checkpoint: Path, labels: list[str], tmp_path: Path):
     path = fine_tune_data(tmp_path, [("101 j", label) for label in labels])
     argv = ["--model_name_or_path", str(checkpoint), "--train_file", str(path), "--output_dir", str(tmp_path / "o")]
-    data_args, model_args, *_ = train.parse_arguments(argv)
-    train.check_data_arguments(data_args, train.flags_on_command_line(argv), {})
-    return train.build_tokenizer_and_model(data_args, model_args, labels, ["101 j"])[1]
+    data_args, model_args, *_ = training.parse_arguments(argv)
+    training.check_data_arguments(data_args, training.flags_on_command_line(argv), {})
+    return training.build_tokenizer_and_model(data_args, model_args, labels, ["101 j"])[1]
 
 
 def test_a_different_label_count_gets_a_new_head_and_says_so(train, jsonl_run, tmp_path, caplog):
     checkpoint = jsonl_run[0] / "export"
-    with caplog.at_level(logging.WARNING, logger="ndr.train"):
+    with caplog.at_level(logging.WARNING, logger="modeling_ndr.training"):
         model = build_for_labels(train, checkpoint, ["even", "odd", "zero"], tmp_path)
     assert model.config.num_labels == 3 and model.config.id2label == {0: "even", 1: "odd", 2: "zero"}
     assert model.classifier.weight.shape[0] == 3
@@ -358,7 +358,7 @@ def test_bad_data_is_refused_in_one_line_before_training(train, bad_files, flags
     if "--validation_file" not in flags:
         flags += ["--validation_file", str(folder / "iid_test.jsonl")]
     argv = ["--train_file", str(folder / "train.jsonl"), "--output_dir", str(tmp_path / "o")] + flags
-    with pytest.raises(train.UsageError, match=message) as error:
+    with pytest.raises(training.UsageError, match=message) as error:
         train.main(argv)
     assert "\n" not in str(error.value), "the message is one line"
     assert not (tmp_path / "o" / "run_config.json").exists(), "nothing ran"

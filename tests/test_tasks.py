@@ -13,14 +13,10 @@ import sys
 
 import datasets
 import pytest
+from task_reference import evaluate_arithmetic, evaluate_ctl, evaluate_listops
 
 from modeling_ndr import TASK_NAMES, ctl_tables, load_task, task_label_names, task_readout, task_vocabulary
 
-
-try:
-    from .task_reference import evaluate_arithmetic, evaluate_ctl, evaluate_listops
-except ImportError:  # tests/ is not a package: pytest put this folder on sys.path
-    from task_reference import evaluate_arithmetic, evaluate_ctl, evaluate_listops
 
 N_TRAIN, N_EVAL = 1_500, 120
 REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -215,8 +211,7 @@ def dataset_digest(dataset_dict) -> str:
 
 
 DIGEST_SCRIPT = """
-import json, sys, tempfile
-sys.path.insert(0, {tests_dir!r})
+import json, tempfile
 from test_tasks import VARIANTS, dataset_digest
 from modeling_ndr import load_task
 with tempfile.TemporaryDirectory() as cache_dir:
@@ -227,11 +222,12 @@ with tempfile.TemporaryDirectory() as cache_dir:
 
 
 def digests_in_new_process(seed: int, python_hash_seed: str) -> dict:
-    script = DIGEST_SCRIPT.format(tests_dir=os.path.dirname(os.path.abspath(__file__)), seed=seed)
+    script = DIGEST_SCRIPT.format(seed=seed)
+    tests_dir = os.path.dirname(os.path.abspath(__file__))  # the script imports this file
     environment = {
         **os.environ,
         "PYTHONHASHSEED": python_hash_seed,
-        "PYTHONPATH": os.pathsep.join(filter(None, [REPOSITORY_ROOT, os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [REPOSITORY_ROOT, tests_dir, os.environ.get("PYTHONPATH")])),
     }
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=environment, cwd=REPOSITORY_ROOT

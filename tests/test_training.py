@@ -15,7 +15,8 @@ from huggingface_hub import ModelCard
 from scripts import load_script
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
-from modeling_ndr import NDRForSequenceClassification, NDRModel
+from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel, training
+from modeling_ndr.training import export
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,7 +155,6 @@ def test_model_card_sets_the_result_against_the_papers(trained_run):
     short = results["ood_test"]["accuracy"] < 0.95
     assert ("not a reproduction of the paper's number" in text) == short, "a short model says so, a good one not"
 
-    export = load_script("training/export.py")
     evaluated = {"ood_test": {"accuracy": 0.5, "by_depth": {}}}
     arithmetic = {"task": {"task": "arithmetic"}}
     assert export.paper_reference(arithmetic, evaluated) == {
@@ -235,45 +235,39 @@ def test_two_process_cpu_run_logs_the_same_loss_scale(tmp_path):
 
 
 def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
-    train = load_script("training/train.py")
-    task_args, model_args, _, training_args, preset = train.parse_arguments(
+    task_args, model_args, _, training_args, preset = training.parse_arguments(
         ["--preset", "ctl_cpu", "--learning_rate", "0.5", "--output_dir", str(tmp_path)]
     )
     assert training_args.learning_rate == 0.5, "a command-line flag overrides the preset"
     assert model_args.hidden_size == preset["hidden_size"] and task_args.task == "ctl", "preset values are used"
     assert training_args.metric_for_best_model == "ood_valid_accuracy"
-    paper = train.parse_arguments(["--preset", "listops_paper"])[3]
+    paper = training.parse_arguments(["--preset", "listops_paper"])[3]
     assert paper.learning_rate == 2e-4 and paper.lr_scheduler_type == "constant" and paper.warmup_steps == 0
 
 
-@pytest.fixture(scope="module")
-def train_script():
-    return load_script("training/train.py")
-
-
 @pytest.mark.parametrize("preset", sorted(path.stem for path in (REPO / "configuration").glob("*.yaml")))
-def test_every_preset_parses(preset, tmp_path, train_script):
-    train = train_script
-    task_args, _, _, training_args, values = train.parse_arguments(["--preset", preset, "--output_dir", str(tmp_path)])
+def test_every_preset_parses(preset, tmp_path):
+    task_args, _, _, training_args, values = training.parse_arguments(
+        ["--preset", preset, "--output_dir", str(tmp_path)]
+    )
     assert task_args.task == values["task"] and training_args.max_steps == values["max_steps"]
 
 
-def test_a_preset_can_start_from_another(tmp_path, train_script):
+def test_a_preset_can_start_from_another(tmp_path):
     child = tmp_path / "child.yaml"
     child.write_text("base: ctl_cpu\nlearning_rate: 0.5\n")
-    values = train_script.read_preset(str(child))
-    assert values == {**train_script.read_preset("ctl_cpu"), "learning_rate": 0.5}, "the base's values, overridden"
+    values = training.read_preset(str(child))
+    assert values == {**training.read_preset("ctl_cpu"), "learning_rate": 0.5}, "the base's values, overridden"
     (tmp_path / "a.yaml").write_text(f"base: {tmp_path / 'b.yaml'}\n")
     (tmp_path / "b.yaml").write_text(f"base: {tmp_path / 'a.yaml'}\n")
     with pytest.raises(ValueError, match="loops back"):
-        train_script.read_preset(str(tmp_path / "a.yaml"))
+        training.read_preset(str(tmp_path / "a.yaml"))
 
 
-def test_backward_demo_in_budget_reads_bos(train_script):
+def test_backward_demo_in_budget_reads_bos():
     """`make demo-backward-first` trains backward CTL with the classifier on [BOS] (make demo passes --direction), and
     evaluates with more steps than it trains with (the ood_test depths need them)."""
-    train = train_script
-    task_args, model_args, *_ = train.parse_arguments(["--preset", "ctl_backward_first_cpu"])
+    task_args, model_args, *_ = training.parse_arguments(["--preset", "ctl_backward_first_cpu"])
     assert (task_args.direction, model_args.readout) == ("backward", "first")
     assert model_args.eval_num_hidden_layers > model_args.num_hidden_layers == 14
     dry_run = subprocess.run(["make", "-n", "demo-backward-first"], cwd=REPO, capture_output=True, text=True)
@@ -282,26 +276,24 @@ def test_backward_demo_in_budget_reads_bos(train_script):
 
 
 def test_bad_presets_are_refused_with_their_names(tmp_path):
-    train = load_script("training/train.py")
     with pytest.raises(ValueError, match="no_such_preset"):
-        train.parse_arguments(["--preset", "no_such_preset"])
+        training.parse_arguments(["--preset", "no_such_preset"])
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: ctl\nhiden_size: 3\n")
     with pytest.raises(ValueError, match="hiden_size"):
-        train.parse_arguments(["--preset", str(bad)])
+        training.parse_arguments(["--preset", str(bad)])
 
 
 def test_balanced_sampler_draws_depths_uniformly():
     from datasets import Dataset
     from transformers import TrainingArguments
 
-    train = load_script("training/train.py")
     depths = [1] * 10 + [2] * 90 + [5] * 900
     dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2, 3]] * len(depths)})
     model = NDRForSequenceClassification(
-        train.NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
+        NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
     )
-    trainer = train.NDRTrainer(
+    trainer = training.NDRTrainer(
         model=model,
         args=TrainingArguments(output_dir="unused", report_to="none", seed=3),
         train_dataset=dataset,
@@ -317,13 +309,12 @@ def test_balanced_sampler_groups_batches_by_length():
     from datasets import Dataset
     from transformers import TrainingArguments
 
-    train = load_script("training/train.py")
     generator = torch.Generator().manual_seed(0)
     depths = [1] * 50 + [2] * 450 + [3] * 1500
     lengths = torch.randint(3, 50, (len(depths),), generator=generator).tolist()
     dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2] * n for n in lengths]})
     model = NDRForSequenceClassification(
-        train.NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
+        NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
     )
 
     def batches(strategy):
@@ -331,7 +322,7 @@ def test_balanced_sampler_groups_batches_by_length():
             output_dir="unused", report_to="none", seed=3, per_device_train_batch_size=16,
             train_sampling_strategy=strategy,
         )  # fmt: skip
-        trainer = train.NDRTrainer(model=model, args=args, train_dataset=dataset, balance_depths=True)
+        trainer = training.NDRTrainer(model=model, args=args, train_dataset=dataset, balance_depths=True)
         order = list(trainer._get_train_sampler(dataset))
         assert len(order) == len(depths)
         return [order[i : i + 16] for i in range(0, len(order), 16)]
@@ -395,7 +386,6 @@ def test_every_task_preset_trains_evaluates_and_exports(preset, tmp_path):
 def test_card_command_shows_paths_inside_the_checkout_relative():
     """`make release` passes absolute output directories; the card shows the command a user types in their own clone
     (paths outside the checkout are kept as they are)."""
-    export = load_script("training/export.py")
     repo = export.REPO_ROOT
     run_config = {
         "command": [

@@ -300,25 +300,25 @@ def test_the_metric_starts_at_the_identity(metric_tensor):
 
 
 def load_train():
-    import importlib.util
+    from scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("ndr_train_variants", REPO / "training" / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("training/train.py", "ndr_train_variants")
 
 
 def test_a_variant_layers_over_the_preset_and_flags_still_win(tmp_path):
-    train = load_train()
+    from modeling_ndr import training
+
     preset = tmp_path / "preset.yaml"
     preset.write_text("task: ctl\nhidden_size: 64\ncopy_gate: true\nattention_type: geometric\n")
     argv = ["--preset", str(preset), "--variant", "transformer", "--hidden_size", "32", "--output_dir", str(tmp_path)]
-    _, model_args, run_args, _, _ = train.parse_arguments(argv)
-    values = train.config_values(model_args, train.read_variant(run_args.variant), train.flags_on_command_line(argv))
+    _, model_args, run_args, _, _ = training.parse_arguments(argv)
+    values = training.config_values(
+        model_args, training.read_variant(run_args.variant), training.flags_on_command_line(argv)
+    )
     assert values["attention_type"] == "softmax" and values["copy_gate"] is False, "the variant wins over the preset"
     assert values["hidden_size"] == 32, "a command-line flag wins over everything but --config_overrides"
-    with pytest.raises(train.UsageError, match="available variants"):
-        train.read_variant("no_such_variant")
+    with pytest.raises(training.UsageError, match="available variants"):
+        training.read_variant("no_such_variant")
 
 
 def test_train_with_a_variant_exports_a_card_that_names_it(tmp_path):

@@ -24,19 +24,18 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 import modeling_ndr
-
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import results_table  # noqa: E402
-from train import (  # noqa: E402
+from modeling_ndr.training import (
     EVAL_SPLITS,
     DataArguments,
     UsageError,
     encode,
+    exit_on_usage_error,
     first_line,
     label_namer,
+    load_dataset_splits,
     load_depth_accuracy,
     read_data_file,
+    results_table,
     standard_columns,
 )
 
@@ -89,10 +88,7 @@ def load_splits(args) -> dict[str, datasets.Dataset]:
         return select(data, args.split or list(EVAL_SPLITS), f"--task {args.task}")
     columns.depth_column = args.depth_column
     if args.dataset_name:
-        try:
-            data = datasets.load_dataset(args.dataset_name, args.dataset_config_name)
-        except Exception as error:  # noqa: BLE001 - a missing dataset, an offline hub, a bad config: one line
-            raise UsageError(f"--dataset_name {args.dataset_name!r}: cannot load it ({first_line(error)})") from None
+        data = load_dataset_splits(args.dataset_name, args.dataset_config_name)
         data = select(data, args.split or list(data), f"--dataset_name {args.dataset_name}")
         return {
             split: standard_columns(dataset, f"split {split!r} of {args.dataset_name}", columns)
@@ -127,7 +123,8 @@ def load_model(args):
     return model.eval(), tokenizer
 
 
-def check_labels(splits: dict, label2id: dict, model_name: str) -> None:
+def check_model_labels(splits: dict, label2id: dict, model_name: str) -> None:
+    """Every label of the data must be one of the model's (`config.label2id`): it can predict no other."""
     for split, dataset in splits.items():
         name = label_namer(dataset.features["label"])
         if unknown := sorted({name(value) for value in dataset.unique("label")} - set(label2id)):
@@ -175,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     model, tokenizer = load_model(args)
     if torch.cuda.is_available():
         model.cuda()
-    check_labels(splits, model.config.label2id, args.model)
+    check_model_labels(splits, model.config.label2id, args.model)
     encoded = encode(datasets.DatasetDict(splits), tokenizer, model.config.label2id)
     depth_accuracy = load_depth_accuracy()
     results = {}
@@ -205,8 +202,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UsageError as error:
-        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_usage_error(main)

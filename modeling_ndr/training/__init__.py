@@ -1,0 +1,123 @@
+"""Training the NDR with the Hugging Face Trainer: the pieces `training/train.py` is built from, importable for your
+own scripts. `import modeling_ndr` does not import this subpackage (it needs `datasets`; `evaluate` is imported only
+when the metric is loaded).
+
+    from modeling_ndr.training import NDRTrainer, load_depth_accuracy, metrics_function, prepare_own_data
+
+Modules, in the order `train.py` uses them:
+
+- `errors`: `UsageError` (a one-line user error, exit status 2), `first_line`, `exit_on_usage_error`
+- `arguments`: `DataArguments`, `ModelArguments`, `RunArguments`, `parse_arguments` (presets as the parser's
+  defaults), `flags_on_command_line`, and the checks of the data source and `--metric_for_best_model`
+- `presets`: presets (`configuration/NAME.yaml`, `base:`), model variants, `--config_overrides`, `config_values`
+- `data`: your own files or dataset, read and checked; label names; `encode`
+- `checkpoints`: a new model or a checkpoint adapted to the data; the checkpoint to resume from
+- `trainer`: `NDRTrainer`, the depth-balanced samplers, per-depth `compute_metrics`, `evaluate_splits`
+- `records`: `run_config.json` and the machine description
+- `export`: the hub-ready folder and its model card
+"""
+
+from .arguments import (
+    ARGUMENT_CLASSES,
+    DataArguments,
+    ModelArguments,
+    RunArguments,
+    check_best_metric,
+    check_data_arguments,
+    evaluation_files,
+    flags_on_command_line,
+    parse_arguments,
+)
+from .checkpoints import (
+    RESUME_LATEST,
+    adapted_checkpoint,
+    build_tokenizer_and_model,
+    check_resume,
+    label_config,
+    new_model,
+    resolve_checkpoint,
+)
+from .data import (
+    encode,
+    label_namer,
+    label_names_of,
+    load_dataset_splits,
+    prepare_own_data,
+    read_data_file,
+    read_own_data,
+    standard_columns,
+    warn_unknown_words,
+)
+from .errors import UsageError, exit_on_usage_error, first_line
+from .export import build_model_card, export_model, results_table
+from .presets import config_values, parse_config_overrides, read_preset, read_variant
+from .records import machine_description, run_record, training_record, write_run_config
+from .trainer import (
+    EVAL_SPLITS,
+    LengthGroupedBalancedSampler,
+    NDRTrainer,
+    balanced_sampler,
+    depth_weights,
+    evaluate_splits,
+    load_depth_accuracy,
+    metrics_function,
+)
+
+
+__all__ = [
+    # errors
+    "UsageError",
+    "exit_on_usage_error",
+    "first_line",
+    # arguments
+    "ARGUMENT_CLASSES",
+    "DataArguments",
+    "ModelArguments",
+    "RunArguments",
+    "check_best_metric",
+    "check_data_arguments",
+    "evaluation_files",
+    "flags_on_command_line",
+    "parse_arguments",
+    # presets
+    "config_values",
+    "parse_config_overrides",
+    "read_preset",
+    "read_variant",
+    # data
+    "encode",
+    "label_namer",
+    "label_names_of",
+    "load_dataset_splits",
+    "prepare_own_data",
+    "read_data_file",
+    "read_own_data",
+    "standard_columns",
+    "warn_unknown_words",
+    # checkpoints
+    "RESUME_LATEST",
+    "adapted_checkpoint",
+    "build_tokenizer_and_model",
+    "check_resume",
+    "label_config",
+    "new_model",
+    "resolve_checkpoint",
+    # trainer
+    "EVAL_SPLITS",
+    "LengthGroupedBalancedSampler",
+    "NDRTrainer",
+    "balanced_sampler",
+    "depth_weights",
+    "evaluate_splits",
+    "load_depth_accuracy",
+    "metrics_function",
+    # records
+    "machine_description",
+    "run_record",
+    "training_record",
+    "write_run_config",
+    # export
+    "build_model_card",
+    "export_model",
+    "results_table",
+]

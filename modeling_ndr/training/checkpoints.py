@@ -1,0 +1,242 @@
+"""The model a run starts from: a new NDR for the data (the task's tokenizer, or one built from the training texts),
+or a trained checkpoint adapted to it (new words added to its tokenizer and embeddings, a new classification head
+for a different label set), and the checkpoint a run resumes from. Every problem is reported before any step."""
+
+import json
+import logging
+import os
+
+from safetensors import safe_open
+from transformers import AutoConfig
+from transformers.trainer_utils import get_last_checkpoint
+
+from .. import tasks
+from ..configuration_ndr import NDRConfig
+from ..modeling_ndr import NDRForSequenceClassification
+from ..tokenization_ndr import NDRTokenizerFast, build_tokenizer, extend_tokenizer
+from .arguments import DataArguments, ModelArguments
+from .errors import UsageError
+from .presets import config_values
+
+
+logger = logging.getLogger(__name__)
+# the spellings of "the latest checkpoint in output_dir" that --resume_from_checkpoint accepts
+RESUME_LATEST = ("auto", "latest", "last", "true", "True")
+# the classification head: re-initialised when the labels change (its weights have names starting with this)
+HEAD = "classifier"
+# NDRConfig fields that change the shapes of the weights (named in the error when a checkpoint does not fit)
+SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "attention_type", "copy_gate")
+
+
+def resolve_checkpoint(path: str) -> str:
+    """Check `--model_name_or_path` before anything is read or trained.
+
+    Args:
+        path: a folder holding `config.json`, or a hub id (found on the Hub or in the Hugging Face cache).
+
+    Returns:
+        `path`; a one-line `UsageError` if it names no saved model.
+    """
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise UsageError(f"--model_name_or_path {path}: the folder holds no config.json (not a saved model)")
+        return path
+    if os.path.exists(path):
+        raise UsageError(f"--model_name_or_path {path}: expected a folder (or a hub id), got a file")
+    try:
+        AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as error:
+        reason = str(error).strip().splitlines()[0]
+        raise UsageError(
+            f"--model_name_or_path {path!r}: no such folder, and no such model on the Hub or in the "
+            f"local cache ({reason[:160]})"
+        ) from None
+    return path
+
+
+def check_resume(resume: str | None, output_dir: str) -> str | None:
+    """The checkpoint folder to resume from, after checking that its files can be read.
+
+    Args:
+        resume: `--resume_from_checkpoint`: None or `false` (start afresh), a checkpoint folder, or one of
+            `RESUME_LATEST` (`auto`, `latest`, `last`, `true`: the latest checkpoint in `output_dir`, if any).
+        output_dir: the run's output folder.
+
+    Returns:
+        The checkpoint folder for `Trainer.train(resume_from_checkpoint=...)`, or None to start afresh.
+    """
+    if resume is None or resume in ("false", "False", ""):
+        return None
+    if resume in RESUME_LATEST:
+        resume = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        logger.info("resuming from %s", resume or "scratch (no checkpoint found)")
+        if resume is None:
+            return None
+    if not os.path.isdir(resume):
+        raise UsageError(f"--resume_from_checkpoint {resume}: no such checkpoint folder")
+    for name in ("trainer_state.json", "model.safetensors"):
+        path = os.path.join(resume, name)
+        if not os.path.isfile(path):
+            raise UsageError(f"--resume_from_checkpoint {resume}: {name} is missing (not a Trainer checkpoint)")
+    try:
+        with open(os.path.join(resume, "trainer_state.json")) as f:
+            json.load(f)
+        with safe_open(os.path.join(resume, "model.safetensors"), "pt") as f:
+            list(f.keys())
+    except Exception as error:  # noqa: BLE001 - any unreadable file is reported the same way
+        raise UsageError(f"--resume_from_checkpoint {resume}: cannot read it ({str(error).splitlines()[0]})") from None
+    return resume
+
+
+def label_config(label_names: list[str]) -> dict:
+    """The NDRConfig fields of a label set: `id2label` and `label2id`, ids in the order of `label_names`."""
+    return {
+        "id2label": dict(enumerate(label_names)),
+        "label2id": {name: index for index, name in enumerate(label_names)},
+    }
+
+
+def new_model(task: str | None, values: dict, label_names: list[str], texts: list[str]):
+    """A fresh tokenizer and model.
+
+    Args:
+        task: one of the paper's tasks (its fixed vocabulary and readout), or None for your own data.
+        values: the NDRConfig fields to set.
+        label_names: the classes, in id order.
+        texts: the training texts (own data): every word in them gets a token.
+
+    Returns:
+        `(tokenizer, model)`; a `UsageError` for an invalid NDRConfig setting.
+    """
+    tokenizer = tasks.task_tokenizer(task) if task else build_tokenizer(texts=texts)
+    if task:
+        values = {"readout": tasks.task_readout(task), **values}
+    try:
+        config = NDRConfig(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            **label_config(label_names),
+            **values,
+        )
+    except (ValueError, TypeError) as error:
+        raise UsageError(str(error).splitlines()[0]) from None
+    return tokenizer, NDRForSequenceClassification(config)
+
+
+def adapted_checkpoint(path: str, task: str | None, values: dict, label_names: list[str], texts: list[str]):
+    """A trained NDR ready for this data: its tokenizer with the data's new words added and the embeddings resized
+    (old ids keep their rows), and a new classification head if its labels are not the data's.
+
+    Args:
+        path: `--model_name_or_path`.
+        task: the paper's task of this run (its tokenizer stands in for a checkpoint without one), or None.
+        values: NDRConfig fields to set on the checkpoint's config (they must not change the weights' shapes).
+        label_names: the data's classes.
+        texts: texts holding every word of the data.
+
+    Returns:
+        `(tokenizer, model)`; a `UsageError` if the checkpoint is not an NDR or its weights do not fit.
+    """
+    path = resolve_checkpoint(path)
+    checkpoint_config = AutoConfig.from_pretrained(path)
+    if checkpoint_config.model_type != "ndr":
+        raise UsageError(f"--model_name_or_path {path}: a {checkpoint_config.model_type!r} model, not an NDR")
+    checkpoint_labels = [checkpoint_config.id2label[i] for i in range(checkpoint_config.num_labels)]
+    new_head = set(checkpoint_labels) != set(label_names)
+    if not new_head:
+        label_names = checkpoint_labels  # the same classes: keep the checkpoint's ids, and with them its head
+    try:
+        model, loading = NDRForSequenceClassification.from_pretrained(
+            path, **values, **label_config(label_names), ignore_mismatched_sizes=True, output_loading_info=True
+        )
+    except ValueError as error:
+        raise UsageError(str(error).splitlines()[0]) from None
+    untrained = [key for key, *_ in loading["mismatched_keys"]] + list(loading["missing_keys"])
+    if body := sorted(key for key in untrained if not key.startswith(HEAD + ".")):
+        differing = [
+            f"{name}={values[name]!r} (the checkpoint has {getattr(checkpoint_config, name, None)!r})"
+            for name in SHAPE_FIELDS
+            if name in values and values[name] != getattr(checkpoint_config, name, None)
+        ]
+        raise UsageError(
+            f"--model_name_or_path {path}: {len(body)} of its weights (e.g. {body[0]}) do not fit the model this run "
+            f"asks for: {', '.join(differing) or 'the settings differ'}; leave out the flags (or the preset's values) "
+            "that change its shapes"
+        )
+    if new_head:
+        head = getattr(model, HEAD)
+        for parameter in head.parameters():  # marked as loaded, which would make `_init_weights` skip them
+            parameter._is_hf_initialized = False
+        head.apply(model._init_weights)
+        logger.warning(
+            "%s: the checkpoint's %d labels %s are not the data's %d labels %s: the classification head is new "
+            "(randomly initialised), the rest of the model is fine-tuned",
+            path, len(checkpoint_labels), checkpoint_labels[:10], len(label_names), label_names[:10],
+        )  # fmt: skip
+    return adapted_tokenizer(path, task, texts, model)
+
+
+def adapted_tokenizer(path: str, task: str | None, texts: list[str], model):
+    """The checkpoint's tokenizer with the data's new words added, and the model's embeddings resized to it.
+
+    Args:
+        path: the checkpoint folder or hub id.
+        task: the paper's task whose tokenizer stands in when the checkpoint has none, or None.
+        texts: texts holding every word of the data.
+        model: the loaded model (changed in place: its embeddings grow by the new words).
+
+    Returns:
+        `(tokenizer, model)`.
+    """
+    try:
+        tokenizer = NDRTokenizerFast.from_pretrained(path)
+    except (OSError, ValueError, TypeError):
+        if not task:
+            raise UsageError(
+                f"--model_name_or_path {path}: no tokenizer files; the model's word ids are unknown"
+            ) from None
+        tokenizer = tasks.task_tokenizer(task)
+        logger.info("%s has no tokenizer files: using the %s task's tokenizer", path, task)
+    try:
+        extended = extend_tokenizer(tokenizer, texts)
+    except ValueError as error:
+        raise UsageError(f"--model_name_or_path {path}: {error}") from None
+    if len(extended) > model.config.vocab_size:
+        # The new rows get the model's own initialisation, as in a fresh model. transformers' default (mean_resizing)
+        # gives every new row the mean of the old rows when their covariance is singular (fewer words than
+        # dimensions, as here), so new words start identical and learn apart only slowly.
+        model.resize_token_embeddings(len(extended), mean_resizing=False)
+    if len(extended) > len(tokenizer):
+        new_words = sorted(set(extended.get_vocab()) - set(tokenizer.get_vocab()))
+        logger.warning(
+            "%s: %d words of the data are new to the checkpoint's tokenizer (%s): vocabulary %d -> %d tokens, "
+            "embeddings resized (old ids keep their rows; the new rows are initialised as in a new model)",
+            path, len(new_words), " ".join(new_words[:20]), len(tokenizer), len(extended),
+        )  # fmt: skip
+    return extended, model
+
+
+def build_tokenizer_and_model(
+    data_args: DataArguments, model_args: ModelArguments, label_names, texts=None, values: dict | None = None
+):
+    """The tokenizer and the model of a run; every problem is reported before any step is trained.
+
+    Args:
+        data_args: the data (a task, or your own).
+        model_args: `--model_name_or_path` (adapt a checkpoint) or a new model.
+        label_names: the data's classes, in id order.
+        texts: the training texts of your own data (for the paper's tasks the task's vocabulary is used).
+        values: the NDRConfig fields to set (default: `config_values(model_args)`).
+
+    Returns:
+        `(tokenizer, model)`.
+    """
+    task = data_args.task if not data_args.own_data else None
+    if task:
+        texts = [" ".join(tasks.task_vocabulary(task))]
+    values = config_values(model_args) if values is None else values
+    if model_args.model_name_or_path:
+        return adapted_checkpoint(model_args.model_name_or_path, task, values, label_names, texts)
+    return new_model(task, values, label_names, texts)

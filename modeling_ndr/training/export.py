@@ -1,0 +1,249 @@
+"""A hub-ready folder from a trained checkpoint (`export_model`), with its model card (`build_model_card`).
+
+The folder holds `config.json` (with `auto_map` and `id2label`), `model.safetensors`, the tokenizer files, the
+modeling code for `trust_remote_code=True`, and a `README.md` model card rendered from
+`hub_cards/model_card_template.md`. `eval_results.json` and `run_config.json` are read from the checkpoint folder
+or its parent (where `train.py` writes them) and copied along.
+"""
+
+import json
+import os
+import re
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from ..modeling_ndr import NDRForSequenceClassification
+from ..tokenization_ndr import NDRTokenizerFast
+from .presets import REPO_ROOT
+
+
+TEMPLATE = os.path.join(REPO_ROOT, "hub_cards", "model_card_template.md")
+TASK_TITLES = {
+    "ctl": "compositional table lookup ({direction})",
+    "arithmetic": "simple arithmetic modulo 10",
+    "listops": "ListOps (depth-controlled)",
+}
+
+# The paper's NDR on each task's ood_test (Csordás et al. 2022, Table 1/2: mean of 5 seeds, its GPU recipe: the
+# `*_paper` presets); a card of the NDR on a paper's task sets its own number against it.
+PAPER_OOD_TEST = {
+    ("ctl", "forward"): (1.00, "1.00", "ctl_paper"),
+    ("ctl", "backward"): (1.00, "1.00", "ctl_paper"),
+    ("arithmetic", None): (0.98, "0.98 ± 0.01", "arithmetic_paper"),
+    ("listops", None): (0.99, "0.99 ± 0.01", "listops_paper"),
+}
+
+
+def paper_reference(run_config: dict, eval_results: dict) -> dict | None:
+    """What the card says about the paper's result: None for own data, the baselines and runs without ood_test."""
+    task = run_config.get("task", {})
+    if own_data_name(task) is not None or run_config.get("variant") not in (None, "ndr"):
+        return None
+    name = task.get("task") or "ctl"
+    key = (name, (task.get("direction") or "forward") if name == "ctl" else None)
+    if key not in PAPER_OOD_TEST or "ood_test" not in eval_results:
+        return None
+    value, text, preset = PAPER_OOD_TEST[key]
+    ours = eval_results["ood_test"]["accuracy"]
+    # more than 5 points below the paper: say plainly that this is not a reproduction
+    return {"accuracy": text, "preset": preset, "ours": ours, "short": ours < value - 0.05}
+
+
+def _read_json(folder: str, name: str) -> dict | None:
+    for candidate in (os.path.join(folder, name), os.path.join(os.path.dirname(os.path.abspath(folder)), name)):
+        if os.path.isfile(candidate):
+            with open(candidate) as f:
+                return json.load(f)
+    return None
+
+
+def results_table(eval_results: dict) -> str:
+    """Markdown table of each split's accuracy and its accuracy per depth (printed by train.py, used in the card and
+    by evaluate_model.py). Depth keys may be strings (as read from JSON) or integers; data without depths gives a
+    table of accuracies only."""
+    by_depth = {split: {int(d): a for d, a in values["by_depth"].items()} for split, values in eval_results.items()}
+    depths = sorted({d for values in by_depth.values() for d in values})
+    columns = ["split", "accuracy"] + [f"depth {d}" for d in depths]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for split, values in eval_results.items():
+        cells = [split, f"{values['accuracy']:.4f}"]
+        cells += [f"{by_depth[split][d]:.3f}" if d in by_depth[split] else "" for d in depths]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def own_data_name(task: dict) -> str | None:
+    """The name of a run's own data (`--dataset_name`'s last part, else the training file's folder), or None for
+    the paper's tasks."""
+    if task.get("dataset_name"):
+        return task["dataset_name"].rstrip("/").split("/")[-1]
+    if task.get("train_file"):
+        return os.path.basename(os.path.dirname(os.path.abspath(task["train_file"])))
+    return None
+
+
+def default_model_name(run_config: dict) -> str:
+    """`ndr-<task>` (`ndr-ctl-<direction>` for CTL; `ndr-<dataset or data folder>` for your own data)."""
+    task = run_config.get("task", {})
+    if (own := own_data_name(task)) is not None:
+        return "ndr-" + (re.sub(r"[^A-Za-z0-9._-]+", "-", own).strip("-") or "own-data")
+    name = task.get("task") or "ctl"
+    return f"ndr-{name}-{task.get('direction') or 'forward'}" if name == "ctl" else f"ndr-{name}"
+
+
+def task_description(task: dict) -> tuple[str, str]:
+    """(the title of the data, the call or flags that made it) for the model card."""
+    if task.get("dataset_name"):
+        config = f", {task['dataset_config_name']!r}" if task.get("dataset_config_name") else ""
+        return task["dataset_name"], f"load_dataset({task['dataset_name']!r}{config})"
+    if task.get("train_file"):
+        return f"own data ({own_data_name(task)})", f"--train_file {task['train_file']}"
+    task_name = task.get("task") or "ctl"
+    options = {k: v for k, v in task.items() if k in ("direction", "n_train", "n_eval") and v is not None}
+    call = f"load_task({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
+    return TASK_TITLES[task_name].format(direction=task.get("direction") or "forward"), call
+
+
+# The fields that tell the variants apart; a card lists those that differ from the NDR.
+VARIANT_FIELDS = ("attention_type", "position_encoding", "attention_scores", "metric_tensor", "copy_gate",
+                  "normalize_attention", "halting", "adaptive_steps")  # fmt: skip
+
+
+def variant_description(config, variant: str | None) -> str | None:
+    """`None` for the NDR itself, else a sentence naming the variant and how its config differs from the NDR's."""
+    defaults = type(config)()
+    differences = [
+        f"`{f}={getattr(config, f)!r}`" for f in VARIANT_FIELDS if getattr(config, f) != getattr(defaults, f)
+    ]
+    if not differences and variant in (None, "ndr"):
+        return None
+    name = f"the **{variant}** variant" if variant else "a variant"
+    return f"This is {name} of the model: " + (", ".join(differences) or "the NDR's settings") + "."
+
+
+def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) -> ModelCard:
+    task = run_config.get("task", {})
+    title, task_call = task_description(task)
+    dataset_name = default_model_name(run_config)
+
+    def result(split: str, accuracy: float, **metric) -> EvalResult:
+        return EvalResult(task_type="text-classification", dataset_type=dataset_name, dataset_name=title,
+                          dataset_split=split, metric_type="accuracy", metric_value=accuracy, **metric)  # fmt: skip
+
+    results = [result(split, values["accuracy"]) for split, values in eval_results.items()]
+    results += [  # per depth: the same split, told apart by the metric's config
+        result(split, accuracy, metric_name=f"accuracy at depth {depth}", metric_config=f"depth={depth}")
+        for split, values in eval_results.items()
+        for depth, accuracy in sorted(values["by_depth"].items(), key=lambda item: int(item[0]))
+    ]
+    card_data = ModelCardData(
+        model_name=repo_id.split("/")[-1],
+        library_name="transformers",
+        license="mit",
+        pipeline_tag="text-classification",
+        tags=["ndr", "neural-data-router", "systematic-generalization", "length-generalization"]
+        + ([task["task"]] if task.get("task") else [])
+        + ([f"variant-{run_config['variant']}"] if run_config.get("variant") else []),
+        datasets=[dataset_name],
+        metrics=["accuracy"],
+        eval_results=results,
+    )
+    config = model.config
+    num_steps = config.eval_num_hidden_layers or config.num_hidden_layers
+    split_rows = [
+        {
+            "split": split,
+            "accuracy": values["accuracy"],
+            "depths": ", ".join(sorted(values["by_depth"], key=int)) or "–",
+        }
+        for split, values in eval_results.items()
+    ]
+    example = run_config.get("example") or {"text": "", "label": ""}
+    return ModelCard.from_template(
+        card_data,
+        template_path=TEMPLATE,
+        model_name=card_data.model_name,
+        repo_id=repo_id,
+        task_description=title,
+        variant=variant_description(config, run_config.get("variant")),
+        num_steps=num_steps,
+        split_rows=split_rows,
+        depth_table=results_table(eval_results),
+        task_call=task_call,
+        task_seed=task.get("task_seed") or 0,
+        own_data=own_data_name(task) is not None,
+        selection_metric=run_config.get("metric_for_best_model"),
+        preset=run_config.get("preset") or "none (command-line arguments)",
+        seed=run_config.get("seed"),
+        config=config,
+        num_parameters=f"{model.num_parameters():,}",
+        training=run_config.get("training"),
+        machine=run_config.get("machine") or "an unrecorded machine",
+        processes=run_config.get("processes") or 1,
+        command=training_command(run_config),
+        paper=paper_reference(run_config, eval_results),
+        example_text=example["text"],
+        example_label=example["label"],
+    )
+
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([os.path.abspath(path), folder]) == folder
+
+
+def training_command(run_config: dict) -> str:
+    """The command that trained a run, as a user would type it (train.py's arguments; the launcher if several
+    processes ran)."""
+    argv = [str(arg) for arg in run_config.get("command") or []]
+    if not argv:
+        return "not recorded"
+    script = "training/train.py" if argv[0].endswith("train.py") else argv[0]
+    # paths inside this checkout (make release passes absolute ones) as a user in their own clone would type them
+    argv = [os.path.relpath(arg, REPO_ROOT) if os.path.isabs(arg) and _inside(arg, REPO_ROOT) else arg for arg in argv]
+    processes = run_config.get("processes") or 1
+    launcher = "python "
+    if processes > 1 and "--use_cpu" in argv:  # gloo on the CPU, as make demo launches it (see README)
+        launcher = (f"ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes {processes} "
+                    "--num_machines 1 --mixed_precision no --dynamo_backend no ")  # fmt: skip
+    elif processes > 1:
+        launcher = f"accelerate launch --num_processes {processes} "
+    return launcher + " ".join([script, *argv[1:]])
+
+
+def export_model(
+    checkpoint_dir: str,
+    out_dir: str,
+    eval_results: dict | None = None,
+    run_config: dict | None = None,
+    repo_id: str | None = None,
+) -> str:
+    """Write the hub-ready folder `out_dir` from `checkpoint_dir`; returns `out_dir`."""
+    if not os.path.isdir(checkpoint_dir):
+        raise FileNotFoundError(f"{checkpoint_dir}: no such checkpoint folder")
+    for name in ("config.json", "model.safetensors", TOKENIZER_FILE):
+        if not os.path.isfile(os.path.join(checkpoint_dir, name)):
+            hint = " (train.py saves the tokenizer with every checkpoint)" if name == TOKENIZER_FILE else ""
+            raise FileNotFoundError(f"{checkpoint_dir}: {name} is missing{hint}")
+    eval_results = eval_results or _read_json(checkpoint_dir, "eval_results.json")
+    run_config = run_config or _read_json(checkpoint_dir, "run_config.json") or {}
+    if eval_results is None:
+        raise FileNotFoundError(f"no eval_results.json in {checkpoint_dir} or its parent: evaluate before exporting")
+    if "training" not in run_config and (train_results := _read_json(checkpoint_dir, "train_results.json")):
+        state = _read_json(checkpoint_dir, "trainer_state.json") or {}  # runs that predate run_config["training"]
+        training = {"seconds": train_results["train_runtime"], "steps": state.get("global_step"), "finished": None}
+        run_config = {**run_config, "training": training}
+    model = NDRForSequenceClassification.from_pretrained(checkpoint_dir)
+    tokenizer = NDRTokenizerFast.from_pretrained(checkpoint_dir)  # saves as PreTrainedTokenizerFast
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)  # weights, config with auto_map, and the modeling code
+    tokenizer.save_pretrained(out_dir)
+    repo_id = repo_id or run_config.get("hub_model_id") or f"your-org/{default_model_name(run_config)}"
+    build_model_card(model, eval_results, run_config, repo_id).save(os.path.join(out_dir, "README.md"))
+    with open(os.path.join(out_dir, "eval_results.json"), "w") as f:
+        json.dump(eval_results, f, indent=2)
+    with open(os.path.join(out_dir, "run_config.json"), "w") as f:
+        json.dump(run_config, f, indent=2, default=str)
+    return out_dir

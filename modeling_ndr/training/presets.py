@@ -1,0 +1,139 @@
+"""Presets and model variants: named sets of `train.py` flags in `configuration/NAME.yaml` (a preset with
+`base: OTHER` starts from preset OTHER's values), NDRConfig fields in `configuration/variants/NAME.yaml`, and the
+`--config_overrides "field=value,..."` string; `config_values` layers them into the NDRConfig fields of a run."""
+
+import os
+from dataclasses import fields
+
+import yaml
+
+from ..configuration_ndr import NDRConfig
+from .errors import UsageError, first_line
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIGURATION_DIR = os.path.join(REPO_ROOT, "configuration")
+VARIANT_DIR = os.path.join(CONFIGURATION_DIR, "variants")
+# ModelArguments fields that are not NDRConfig fields (the others set the NDRConfig field of their name)
+NOT_CONFIG_FIELDS = ("model_name_or_path", "config_overrides")
+
+
+def preset_path(name: str) -> str:
+    """The file of a preset.
+
+    Args:
+        name: a preset name (`configuration/NAME.yaml`, `.yml` or `.json`) or the path of a preset file.
+
+    Returns:
+        The path of the file; a `UsageError` listing the available presets if there is none.
+    """
+    candidates = [name] + [os.path.join(CONFIGURATION_DIR, name + ext) for ext in (".yaml", ".yml", ".json")]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return candidate
+    available = sorted(os.path.splitext(f)[0] for f in os.listdir(CONFIGURATION_DIR) if f.endswith((".yaml", ".json")))
+    raise UsageError(f"--preset {name!r} not found; available presets: {available}")
+
+
+def read_preset(name: str, known: set[str] | None = None, _children: tuple[str, ...] = ()) -> dict:
+    """A preset's values; `base: OTHER` starts from preset OTHER's values, which the file's own ones override.
+
+    Args:
+        name: a preset name or file (see `preset_path`).
+        known: the flag names a preset may set; others are a `UsageError` (None: not checked).
+
+    Returns:
+        `{flag name: value}`, with the values of its `base` chain merged in.
+    """
+    path = preset_path(name)
+    if path in _children:
+        raise UsageError(f"--preset {path}: its `base` chain loops back to it")
+    try:
+        with open(path) as f:
+            values = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise UsageError(f"--preset {path}: cannot read it ({first_line(error)})") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"--preset {path}: expected a mapping of flag names to values, got {type(values).__name__}")
+    if "base" in values:
+        values = {**read_preset(values.pop("base"), None, _children + (path,)), **values}
+    if known is not None and (unknown := sorted(set(values) - known)):
+        raise UsageError(f"preset {name!r} has unknown fields {unknown}; use the names of train.py's flags")
+    return values
+
+
+def config_field_names() -> set[str]:
+    """The names `--config_overrides` and variants may set: every NDRConfig field."""
+    return set(NDRConfig().to_dict())
+
+
+def parse_config_overrides(text: str | None) -> dict:
+    """`"a=1,b=false,c=none,d=text"` → `{"a": 1, "b": False, "c": None, "d": "text"}` (values read as YAML).
+
+    Args:
+        text: the value of `--config_overrides`, or None.
+
+    Returns:
+        The NDRConfig fields it sets; a `UsageError` for a malformed item or a name that is not an NDRConfig field.
+    """
+    if not text:
+        return {}
+    values = {}
+    for item in text.split(","):
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise UsageError(f"--config_overrides: {item!r} is not of the form field=value")
+        values[name.strip()] = yaml.safe_load(value.strip()) if value.strip() else None
+    unknown = sorted(set(values) - config_field_names())
+    if unknown:
+        raise UsageError(f"--config_overrides: {unknown} are not NDRConfig fields")
+    return values
+
+
+def read_variant(name: str | None) -> dict:
+    """The NDRConfig fields of a model variant.
+
+    Args:
+        name: a variant of `configuration/variants/` (`transformer`, `rel_gate`, ...), a YAML file, or None.
+
+    Returns:
+        `{NDRConfig field: value}` (empty for None); a `UsageError` listing the variants if there is none such.
+    """
+    if not name:
+        return {}
+    path = name if os.path.isfile(name) else os.path.join(VARIANT_DIR, name + ".yaml")
+    if not os.path.isfile(path):
+        available = sorted(os.path.splitext(f)[0] for f in os.listdir(VARIANT_DIR) if f.endswith(".yaml"))
+        raise UsageError(f"--variant {name!r} not found; available variants: {available}")
+    try:
+        with open(path) as f:
+            values = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise UsageError(f"--variant {path}: cannot read it ({first_line(error)})") from None
+    if not isinstance(values, dict) or (unknown := sorted(set(values) - config_field_names())):
+        raise UsageError(
+            f"--variant {path}: expected NDRConfig fields, got {values if not isinstance(values, dict) else unknown}"
+        )
+    return values
+
+
+def config_values(model_args, variant: dict | None = None, given: set[str] = frozenset()) -> dict:
+    """The NDRConfig fields a run sets, later ones winning: the preset's model flags, the variant, the model flags
+    on the command line, then `--config_overrides`.
+
+    Args:
+        model_args: the run's `ModelArguments`; its fields other than `model_name_or_path` and `config_overrides`
+            are NDRConfig fields (None: not set).
+        variant: the variant's fields (`read_variant`).
+        given: the flags given on the command line (`given_flags`), to tell them from a preset's values.
+
+    Returns:
+        `{NDRConfig field: value}`.
+    """
+    flags = {f.name: getattr(model_args, f.name) for f in fields(model_args) if f.name not in NOT_CONFIG_FIELDS}
+    flags = {name: value for name, value in flags.items() if value is not None}
+    values = {name: value for name, value in flags.items() if name not in given}
+    values.update(variant or {})
+    values.update({name: value for name, value in flags.items() if name in given})
+    values.update(parse_config_overrides(model_args.config_overrides))
+    return values

@@ -1,0 +1,76 @@
+"""What a run records about itself in `output_dir/run_config.json`: its preset and arguments, the NDRConfig fields
+it set, seeds, command, machine, an example of its data and, once trained, how long training took. The model card
+(`export.build_model_card`) and `hub_cards/make_model_repos.py` read it."""
+
+import datetime
+import json
+import os
+import platform
+import sys
+from dataclasses import asdict
+
+import torch
+
+
+def run_record(data_args, model_args, run_args, training_args, preset: dict, config_values: dict, example: dict):
+    """The run's record, as `run_config.json` holds it.
+
+    Args:
+        data_args, model_args, run_args, training_args: the parsed arguments (`parse_arguments`).
+        preset: the preset's values.
+        config_values: the NDRConfig fields the run set (`config_values`).
+        example: one sample of the data, `{"text": ..., "label": ...}`, shown on the model card.
+
+    Returns:
+        A JSON-serialisable dict (values `json` cannot write are written as text).
+    """
+    return {
+        "preset": run_args.preset,
+        "preset_values": preset,
+        "task": asdict(data_args),
+        "model": asdict(model_args),
+        "variant": run_args.variant,
+        "config_values": config_values,
+        "seed": training_args.seed,
+        "data_seed": training_args.data_seed,
+        "hub_model_id": training_args.hub_model_id,
+        "metric_for_best_model": training_args.metric_for_best_model if training_args.load_best_model_at_end else None,
+        "command": sys.argv,
+        "machine": machine_description(),
+        "processes": training_args.world_size,
+        "example": example,
+    }
+
+
+def training_record(train_metrics: dict, global_step: int) -> dict:
+    """What training took, for `run_config["training"]`: seconds, steps and when it finished.
+
+    Args:
+        train_metrics: `TrainOutput.metrics` (`train_runtime` in seconds).
+        global_step: the step training ended at.
+    """
+    return {
+        "seconds": round(train_metrics["train_runtime"], 1),
+        "steps": global_step,
+        "finished": datetime.datetime.now().astimezone().isoformat(timespec="minutes"),
+    }
+
+
+def write_run_config(output_dir: str, run_config: dict) -> None:
+    """Write `output_dir/run_config.json` (values `json` cannot write are written as text)."""
+    with open(os.path.join(output_dir, "run_config.json"), "w") as f:
+        json.dump(run_config, f, indent=2, default=str)
+
+
+def machine_description() -> str:
+    """What the model card says a run was trained on: the GPU, or the CPU model and its core count (with torch's
+    version)."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
