@@ -277,11 +277,10 @@ def test_depth_accuracy_needs_no_hub_even_where_the_hub_is_unreachable(tmp_path)
 
 
 def test_the_metric_script_ships_with_the_package():
-    import configparser
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-    setup = configparser.ConfigParser()
-    setup.read(REPO / "setup.cfg")
-    patterns = setup["options.package_data"]["modeling_ndr.metrics"].split()
+    with open(REPO / "pyproject.toml", "rb") as f:
+        patterns = tomllib.load(f)["tool"]["setuptools"]["package-data"]["modeling_ndr.metrics"]
     shipped = {p.relative_to(Path(DEPTH_ACCURACY).parent).as_posix() for pat in patterns
                for p in Path(DEPTH_ACCURACY).parent.glob(pat)}  # fmt: skip
     assert "depth_accuracy/depth_accuracy.py" in shipped, "package_data must include the metric's script"
