@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine (they create .venv with the CPU build of torch):
 #   make demo   train NDR on CTL on this CPU (2 processes), print ood_test accuracy, export a hub-ready model
 #   make test   run the test suite (what CI runs)
+# `make help` lists every target with what it does (the `## ` text on its line).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,9 +12,13 @@ DEMO_DIR ?= outputs/ctl_$(DEMO_DIRECTION)_cpu
 NPROC ?= 2
 DEMO_ARGS ?=
 
-.PHONY: compare release push-release setup demo demo-backward demo-backward-long demo-forward-long demo-backward-first test test-slow lint bench datasets clean
+.PHONY: help compare release push-release setup demo demo-backward demo-backward-long demo-forward-long \
+	demo-backward-bos demo-backward-first example-finetune test test-slow lint format bench datasets clean
 
-setup: $(STAMP)
+setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
+
+help: ## list the targets and what they do
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,67 +30,76 @@ $(STAMP): setup.cfg pyproject.toml
 DEMO_PRESET ?= ctl_cpu
 
 # gloo data parallelism on the CPU: ACCELERATE_USE_CPU and --use_cpu are both needed (see HF_NOTES)
-demo: $(STAMP)
+demo: $(STAMP) ## train NDR on CTL on this CPU (2 processes, ~10 min), print ood_test, export a hub-ready model
 	ACCELERATE_USE_CPU=true OMP_NUM_THREADS=1 $(BIN)/accelerate launch --multi_gpu --num_processes $(NPROC) \
 	    --num_machines 1 --mixed_precision no --dynamo_backend no \
 	    training/train.py --preset $(DEMO_PRESET) --direction $(DEMO_DIRECTION) --use_cpu --ddp_find_unused_parameters false \
 	    --output_dir $(DEMO_DIR) $(DEMO_ARGS)
 
-demo-backward: $(STAMP)
+demo-backward: $(STAMP) ## make demo on backward CTL
 	$(MAKE) demo DEMO_DIRECTION=backward
 
 # opt-in: about 30 minutes; the recipe under which backward does learn on this CPU
-demo-backward-long: $(STAMP)
-	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_cpu_long DEMO_DIR=outputs/ctl_backward_cpu_long
+demo-backward-long: $(STAMP) ## opt-in, ~30 min: the long recipe (ctl_cpu_long) on backward CTL (ndr-ctl-backward)
+	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_cpu_long DEMO_DIR=outputs/ctl_backward_cpu_long
 
 # opt-in: about 33 minutes; the same recipe on forward (ood_test 0.995; make demo: 0.87-0.98): ndr-ctl-forward
-demo-forward-long: $(STAMP)
-	$(MAKE) demo DEMO_DIRECTION=forward DEMO_PRESET=ctl_backward_cpu_long DEMO_DIR=outputs/ctl_forward_cpu_long
+demo-forward-long: $(STAMP) ## opt-in, ~33 min: the long recipe on forward CTL (ndr-ctl-forward)
+	$(MAKE) demo DEMO_DIRECTION=forward DEMO_PRESET=ctl_cpu_long DEMO_DIR=outputs/ctl_forward_cpu_long
 
 # backward in the demo budget (about 11 minutes): the classifier reads [BOS], next to the last-applied function
-demo-backward-first: $(STAMP)
-	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_first_cpu DEMO_DIR=outputs/ctl_backward_first_cpu
+demo-backward-bos: $(STAMP) ## backward CTL in the demo budget (~11 min) with the classifier on [BOS]
+	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_bos_cpu DEMO_DIR=outputs/ctl_backward_bos_cpu
+
+# the old name of demo-backward-bos, until the next release
+demo-backward-first:
+	@echo "make demo-backward-first is deprecated: it is make demo-backward-bos now" >&2
+	$(MAKE) demo-backward-bos
 
 # the README's worked example (about 10 min after make demo): fine-tune the demo model on a new task (CTL with three
 # new functions, as jsonl) against the same size trained from scratch, then with the plain Trainer snippet
 EXAMPLE_DIR ?= outputs/example_finetune
 DEMO_MODEL ?= $(DEMO_DIR)/export
-example-finetune: $(STAMP)
+example-finetune: $(STAMP) ## the README's worked example: fine-tune the demo model on a new task (~10 min)
 	test -f $(DEMO_MODEL)/config.json || $(MAKE) demo
 	OMP_NUM_THREADS=1 $(BIN)/python training/examples/finetune_example.py --demo_model $(DEMO_MODEL) \
 	    --output_dir $(EXAMPLE_DIR)
 
 # the paper's variants on CTL with the CPU preset's budget (about 75 minutes per direction); COMPARE_DIRECTION=backward
 COMPARE_DIRECTION ?= forward
-compare: $(STAMP)
+compare: $(STAMP) ## the paper's variants on CTL with ctl_cpu's budget (~75 min per direction)
 	$(BIN)/python training/compare.py --preset ctl_cpu --direction $(COMPARE_DIRECTION)
 
 # what CI runs (.ci/run): the linter, then the test suite
-test: lint
+test: lint ## the linter, then the test suite (what CI runs)
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test-slow: $(STAMP)
+format: $(STAMP) ## ruff format, then ruff check --fix (what lint checks, fixed where ruff can)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test-slow: $(STAMP) ## the opt-in long tests (-m slow)
 	$(BIN)/python -m pytest -q -m slow
 
-bench: $(STAMP)
+bench: $(STAMP) ## the benchmarks (benchmarks/run_all.py)
 	$(BIN)/python benchmarks/run_all.py
 
 # the dataset repositories in hub_cards/datasets/ (parquet splits + cards); about 3 minutes (ListOps' 1M-row train)
-datasets: $(STAMP)
+datasets: $(STAMP) ## the dataset repositories in hub_cards/datasets/ (~3 min)
 	$(BIN)/python hub_cards/make_dataset_repos.py
 
 # the released models in hub_cards/models/ (trains the runs that are missing: make demo-forward-long,
 # make demo-backward-long, the arithmetic_cpu and listops_cpu presets), and their upload with the modeling code (needs a
 # network and a token)
-release: $(STAMP)
+release: $(STAMP) ## the released models in hub_cards/models/ (trains the runs that are missing)
 	$(BIN)/python hub_cards/make_model_repos.py --train
 ORG ?= ndr-org
-push-release: $(STAMP)
+push-release: $(STAMP) ## upload the released models to ORG (needs a network and a token)
 	$(BIN)/python hub_cards/make_model_repos.py --push --org $(ORG)
 
-clean:
+clean: ## remove .venv, outputs/ and runs/
 	rm -rf $(VENV) outputs runs

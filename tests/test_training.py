@@ -265,14 +265,25 @@ def test_a_preset_can_start_from_another(tmp_path):
 
 
 def test_backward_demo_in_budget_reads_bos():
-    """`make demo-backward-first` trains backward CTL with the classifier on [BOS] (make demo passes --direction), and
+    """`make demo-backward-bos` trains backward CTL with the classifier on [BOS] (make demo passes --direction), and
     evaluates with more steps than it trains with (the ood_test depths need them)."""
-    task_args, model_args, *_ = training.parse_arguments(["--preset", "ctl_backward_first_cpu"])
+    task_args, model_args, *_ = training.parse_arguments(["--preset", "ctl_backward_bos_cpu"])
     assert (task_args.direction, model_args.readout) == ("backward", "first")
     assert model_args.eval_num_hidden_layers > model_args.num_hidden_layers == 14
-    dry_run = subprocess.run(["make", "-n", "demo-backward-first"], cwd=REPO, capture_output=True, text=True)
+    dry_run = subprocess.run(["make", "-n", "demo-backward-bos"], cwd=REPO, capture_output=True, text=True)
     assert dry_run.returncode == 0, dry_run.stderr
-    assert re.search(r"--preset ctl_backward_first_cpu --direction backward ", dry_run.stdout), dry_run.stdout
+    assert re.search(r"--preset ctl_backward_bos_cpu --direction backward ", dry_run.stdout), dry_run.stdout
+    old_name = subprocess.run(["make", "-n", "demo-backward-first"], cwd=REPO, capture_output=True, text=True)
+    assert "--preset ctl_backward_bos_cpu --direction backward " in old_name.stdout, "the old target still works"
+
+
+def test_make_help_lists_every_target_with_a_description():
+    listed = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    described = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    phony = re.search(r"^\.PHONY:((?:.*\\\n)*.*)$", (REPO / "Makefile").read_text(), re.M).group(1)
+    targets = set(phony.replace("\\\n", " ").split()) - {"demo-backward-first"}  # deprecated: not listed
+    assert targets <= described, f"targets without a `## ` description: {sorted(targets - described)}"
 
 
 def test_bad_presets_are_refused_with_their_names(tmp_path):

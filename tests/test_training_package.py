@@ -2,8 +2,19 @@
 pieces (presets, samplers, per-depth metrics, own-file reading, checkpoint adaptation) without a training run."""
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from modeling_ndr.training import parse_arguments, read_preset
+from modeling_ndr.training.presets import RENAMED_PRESETS
+
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def imported_modules(code: str) -> set[str]:
@@ -24,3 +35,30 @@ def test_import_modeling_ndr_stays_light():
     accelerate = {name for name in package - transformers_alone if name.split(".")[0] == "accelerate"}
     assert not accelerate, f"import modeling_ndr imported {sorted(accelerate)[:5]} beyond what transformers does"
     assert "datasets" in imported_modules("import modeling_ndr.training"), "the check above can fail"
+
+
+# ------------------------------------------------------------------------------------------------------ presets
+
+
+def test_renamed_presets_keep_working_with_a_deprecation_warning(tmp_path):
+    for old, new in RENAMED_PRESETS.items():
+        with pytest.warns(FutureWarning, match=f"--preset {old} is deprecated: it is called {new} now"):
+            assert read_preset(old) == read_preset(new)
+        with pytest.warns(FutureWarning):
+            data_args, *_, preset = parse_arguments(["--preset", old, "--output_dir", str(tmp_path)])
+        assert preset == read_preset(new) and data_args.task == "ctl"
+
+
+# ------------------------------------------------------------------------------------------ maintainer habits
+
+
+def test_pre_commit_runs_the_ruff_version_of_the_test_extra():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    with open(REPO / "pyproject.toml", "rb") as f:
+        test_extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+    pinned = next(re.fullmatch(r"ruff==(\S+)", item).group(1) for item in test_extra if item.startswith("ruff"))
+    hooks = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())["repos"]
+    ruff = next(hook for hook in hooks if hook["repo"].endswith("/ruff-pre-commit"))
+    assert ruff["rev"] == f"v{pinned}", "make lint and the pre-commit hook must run one ruff version"
+    assert {hook["id"] for hook in ruff["hooks"]} == {"ruff-check", "ruff-format"}

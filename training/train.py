@@ -1,11 +1,11 @@
 """Train a Neural Data Router with the Hugging Face Trainer: on one of the paper's tasks, or on your own data.
 
-    python training/train.py --preset ctl_cpu --direction backward --output_dir runs/ctl-backward
+    python training/train.py --preset ctl_cpu --direction backward --output_dir outputs/ctl-backward
     python training/train.py --preset ctl_cpu --config_overrides "hidden_size=64,gate_dropout=0.2"
-    accelerate launch training/train.py --preset listops_paper --output_dir runs/listops   # several GPUs
+    accelerate launch training/train.py --preset listops_paper --output_dir outputs/listops   # several GPUs
     # your own data (csv, json/jsonl or parquet; or --dataset_name with anything `datasets.load_dataset` takes)
     python training/train.py --train_file train.jsonl --eval_files ood_valid=ood_valid.jsonl ood_test=ood_test.jsonl \
-        --depth_column depth --output_dir runs/mine
+        --depth_column depth --output_dir outputs/mine
     # fine-tune a trained NDR on it: new words are added to its tokenizer, a different label set gets a new head
     python training/train.py --model_name_or_path outputs/ctl_forward_cpu/export --train_file train.jsonl ...
 

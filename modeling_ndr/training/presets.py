@@ -3,6 +3,7 @@
 `--config_overrides "field=value,..."` string; `config_values` layers them into the NDRConfig fields of a run."""
 
 import os
+import warnings
 from dataclasses import fields
 
 import yaml
@@ -14,6 +15,11 @@ from .errors import UsageError, first_line
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGURATION_DIR = os.path.join(REPO_ROOT, "configuration")
 VARIANT_DIR = os.path.join(CONFIGURATION_DIR, "variants")
+# old preset name -> new name; the old names work until the release after 0.3 (with a FutureWarning)
+RENAMED_PRESETS = {
+    "ctl_backward_cpu_long": "ctl_cpu_long",  # it trains both directions (both released CTL models)
+    "ctl_backward_first_cpu": "ctl_backward_bos_cpu",  # the classifier reads [BOS]
+}
 # ModelArguments fields that are not NDRConfig fields (the others set the NDRConfig field of their name)
 NOT_CONFIG_FIELDS = ("model_name_or_path", "config_overrides")
 
@@ -25,8 +31,17 @@ def preset_path(name: str) -> str:
         name: a preset name (`configuration/NAME.yaml`, `.yml` or `.json`) or the path of a preset file.
 
     Returns:
-        The path of the file; a `UsageError` listing the available presets if there is none.
+        The path of the file; a `UsageError` listing the available presets if there is none. A renamed preset's
+        old name gives the new file, with a `FutureWarning`.
     """
+    if name in RENAMED_PRESETS and not os.path.isfile(name):
+        warnings.warn(
+            f"--preset {name} is deprecated: it is called {RENAMED_PRESETS[name]} now (the old name goes in the "
+            "next release)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        name = RENAMED_PRESETS[name]
     candidates = [name] + [os.path.join(CONFIGURATION_DIR, name + ext) for ext in (".yaml", ".yml", ".json")]
     for candidate in candidates:
         if os.path.isfile(candidate):
