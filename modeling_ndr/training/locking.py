@@ -1,0 +1,221 @@
+"""One run per output folder: `train.py` locks its `output_dir` before it reads a checkpoint or writes anything, so a
+second run started on the same folder stops at once, in one line naming the folder and the run that holds it, instead
+of writing checkpoints, logs and the export into the first run's folder.
+
+The lock is `fcntl.flock` on `output_dir/.ndr-run.lock`: the kernel releases it when the holding process ends, however
+it ends (`kill -9` included), so a lock can never outlive its run. The file also holds the holder's pid, host and
+start time, for the message; a file left behind by a run that died (`kill -9`, a lost node) is taken over with a
+warning. On file systems without `flock` the pid is checked instead: a live process on this host keeps the folder,
+and a run on another host keeps it until its lock file is deleted.
+"""
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterator
+
+from .errors import UsageError
+
+
+logger = logging.getLogger(__name__)
+LOCK_FILE = ".ndr-run.lock"
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process `pid` in clock ticks since boot (Linux `/proc`), to tell it from a later process that
+    got the same pid; None where it cannot be read (another system, or no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) may hold spaces and brackets: count fields after its closing bracket
+            return f.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def process_alive(pid: int, start: str | None = None) -> bool:
+    """Whether process `pid` runs on this host (and, if `start` is given and readable, is the one that started then).
+
+    Args:
+        pid: a process id.
+        start: the process's start time as `_process_start` reads it, or None to check the pid alone.
+
+    Returns:
+        True if the process exists (a process of another user counts as alive).
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, owned by someone else
+    now = _process_start(pid)
+    return start is None or now is None or now == start
+
+
+def _holder_text(holder: dict) -> str:
+    """`process 1234 on host gpu-3 (started 2026-11-24 10:02:11)` from a lock file's contents."""
+    started = f" (started {holder['started']})" if holder.get("started") else ""
+    return f"process {holder.get('pid', '?')} on host {holder.get('host', '?')}{started}"
+
+
+def _read_holder(fd: int) -> dict:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 4096).decode("utf-8", errors="replace")
+    try:
+        holder = json.loads(text) if text.strip() else {}
+    except ValueError:
+        holder = {}
+    return holder if isinstance(holder, dict) else {}
+
+
+class OutputDirLock:
+    """The lock of one run on its output folder (use `lock_output_dir`, a context manager).
+
+    Args:
+        output_dir: the run's output folder (created if missing; removed again on release if the run left it empty).
+        flag: the words that name the folder in an error, e.g. `--output_dir`.
+    """
+
+    def __init__(self, output_dir: str, flag: str = "--output_dir"):
+        self.output_dir = output_dir
+        self.flag = flag
+        self.path = os.path.join(output_dir, LOCK_FILE)
+        self.fd: int | None = None
+        self.created_dir = False
+
+    def acquire(self) -> "OutputDirLock":
+        """Take the lock, or raise a one-line `UsageError` naming the folder and the process that holds it."""
+        if not os.path.isdir(self.output_dir):
+            try:
+                os.makedirs(self.output_dir)
+                self.created_dir = True
+            except FileExistsError:
+                pass
+            except OSError as error:
+                raise UsageError(f"{self.flag} {self.output_dir}: cannot create it ({error.strerror})") from None
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as error:
+                raise UsageError(f"{self.flag} {self.output_dir}: cannot write a lock file there ({error})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                flock_works = True
+            except OSError as error:
+                if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    raise UsageError(self._busy_message(holder, alive=process_alive(holder.get("pid")))) from None
+                flock_works = False  # e.g. ENOLCK on some network file systems: fall back to the pid inside
+            # The holder before us may have deleted the file between our open and our flock: then we hold a lock on
+            # a file nobody else will open; start again on the file that is there now.
+            try:
+                same_file = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same_file = False
+            if same_file:
+                break
+            os.close(fd)
+        self.fd = fd
+        holder = _read_holder(fd)
+        if holder:
+            self._check_left_behind(holder, flock_works)
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": datetime.datetime.now().astimezone().isoformat(sep=" ", timespec="seconds"),
+            "process_start": _process_start(os.getpid()),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        os.fsync(fd)
+        return self
+
+    def _check_left_behind(self, holder: dict, flock_works: bool) -> None:
+        """A lock file that names a process although we got the lock: take it over, unless (without a working
+        `flock`) that process may still be running."""
+        pid, same_host = holder.get("pid"), holder.get("host") == socket.gethostname()
+        alive = same_host and process_alive(pid, holder.get("process_start"))
+        if alive and pid != os.getpid():
+            # only possible where flock does not lock (or the file was replaced under the holder): trust the pid
+            self._give_up()
+            raise UsageError(self._busy_message(holder, alive=True))
+        if not flock_works and not same_host:
+            self._give_up()
+            raise UsageError(
+                f"{self.flag} {self.output_dir} is in use by {_holder_text(holder)}, which this host cannot check "
+                f"(this file system has no flock); if that run is gone, delete {self.path}"
+            )
+        logger.warning(
+            "%s %s: taking over the lock left behind by %s, which is no longer running (a run that was killed or "
+            "crashed); its checkpoints stay, and --resume_from_checkpoint auto resumes from them",
+            self.flag, self.output_dir, _holder_text(holder),
+        )  # fmt: skip
+
+    def _busy_message(self, holder: dict, alive: bool) -> str:
+        holder_text = _holder_text(holder) if holder else "another process (no pid recorded yet)"
+        if holder and not alive and holder.get("host") == socket.gethostname():
+            holder_text += ", whose child processes still hold the lock"
+        return (
+            f"{self.flag} {self.output_dir} is in use by {holder_text}: wait for that run to end, stop it, or choose "
+            "another --output_dir"
+        )
+
+    def _give_up(self) -> None:
+        os.close(self.fd)
+        self.fd = None
+        self._remove_dir_if_we_made_it()
+
+    def _remove_dir_if_we_made_it(self) -> None:
+        if self.created_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.output_dir)  # only if the run left it empty
+
+    def release(self) -> None:
+        """Delete the lock file and release the lock (a no-op if not held)."""
+        if self.fd is None:
+            return
+        # Unlink before unlocking, so a run waiting for the folder never takes a lock on a file that is going away
+        # (it checks that the file it locked is still the one at the path).
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+        self._remove_dir_if_we_made_it()
+
+
+@contextlib.contextmanager
+def lock_output_dir(
+    output_dir: str, enabled: bool = True, flag: str = "--output_dir"
+) -> Iterator[OutputDirLock | None]:
+    """Hold the lock of `output_dir` for the body of a `with` block; released when the block ends, normally or by an
+    exception (and by the kernel if the process dies).
+
+    Under DDP only the processes that write the folder take the lock (`enabled=training_args.should_save`): the other
+    ranks share the run's folder with their main process and must not fail on its lock.
+
+    Args:
+        output_dir: the run's output folder.
+        enabled: False to take no lock (the non-main ranks of a distributed run).
+        flag: the words that name the folder in an error.
+
+    Returns:
+        A context manager yielding the held `OutputDirLock` (None when not enabled). Entering it raises a one-line
+        `UsageError` if a live run holds the folder.
+    """
+    if not enabled:
+        yield None
+        return
+    lock = OutputDirLock(output_dir, flag).acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()
