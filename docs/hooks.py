@@ -1,0 +1,100 @@
+"""MkDocs hooks of the documentation site (`mkdocs.yml`: `hooks: [docs/hooks.py]`).
+
+- The routing and comparison figures live in `hub_cards/images/` (the README and the model cards show them too); they
+  are added to the site as `images/<name>` instead of being copied into `docs/`.
+- A results page may hold a table rendered from a JSON file of `docs/results/` (`{row: {column: value}}`, e.g.
+  `compare_ctl_forward.json`, which `make compare` writes), between the markers
+
+      <!-- table: compare_ctl_forward.json -->
+      ...
+      <!-- end table -->
+
+  What stands between the markers in the Markdown is replaced by the table at build time when the file exists, so the
+  page can never disagree with the data (`tests/test_docs.py` checks the rendering).
+- `<!-- released models -->` is replaced by a table of the released models in `hub_cards/models/`, read from each
+  folder's `eval_results.json` and `run_config.json` (the files its model card is rendered from).
+"""
+
+import json
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+SHARED_IMAGES = REPOSITORY / "hub_cards" / "images"
+RELEASED = REPOSITORY / "hub_cards" / "models"
+SPLITS = ("iid_test", "ood_valid", "ood_test")
+RESULTS = Path(__file__).resolve().parent / "results"
+TABLE = re.compile(r"<!-- table: (?P<name>[\w.-]+\.json) -->\n(?P<body>.*?)<!-- end table -->", re.DOTALL)
+
+
+def on_files(files, config):
+    for image in sorted(SHARED_IMAGES.glob("*.png")):
+        files.append(File.generated(config, f"images/{image.name}", abs_src_path=str(image)))
+    return files
+
+
+def format_value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def render_table(data: dict, first_column: str = "variant") -> str:
+    """`{row: {column: value}}` as a Markdown table: rows in the file's order, columns in order of first appearance
+    (nested values are left out), missing cells empty."""
+    columns = []
+    for values in data.values():
+        for column, value in values.items():
+            if column not in columns and not isinstance(value, dict | list):
+                columns.append(column)
+    lines = [f"| {first_column} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for row, values in data.items():
+        cells = [format_value(values[column]) if column in values else "" for column in columns]
+        lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_tables(markdown: str, results: Path = RESULTS) -> str:
+    """Replace each marked block whose JSON file exists with the table rendered from it."""
+
+    def replace(match):
+        path = results / match["name"]
+        if not path.is_file():
+            return match.group(0)
+        table = render_table(json.loads(path.read_text()))
+        return f"<!-- table: {match['name']} -->\n{table}<!-- end table -->"
+
+    return TABLE.sub(replace, markdown)
+
+
+# The paper's NDR on each task's ood_test (Csordás et al. 2022, mean of 5 seeds, its GPU recipe)
+PAPER_OOD_TEST = {"ctl forward": "1.00", "ctl backward": "1.00", "arithmetic": "0.98 ± 0.01", "listops": "0.99 ± 0.01"}
+
+
+def render_released(models: Path = RELEASED) -> str:
+    """One row per released folder: task, preset, accuracy per split, the paper's ood_test, and the training run."""
+    lines = [
+        "| repository | task | preset | iid_test | ood_valid | ood_test | the paper's ood_test | trained |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for folder in sorted(path for path in models.iterdir() if (path / "eval_results.json").is_file()):
+        results = json.loads((folder / "eval_results.json").read_text())
+        run = json.loads((folder / "run_config.json").read_text())
+        task = run["task"]["task"] + (f" {run['task']['direction']}" if run["task"].get("direction") else "")
+        scores = [format_value(results[split]["accuracy"]) if split in results else "" for split in SPLITS]
+        training = run.get("training", {})
+        trained = f"{training['seconds'] / 60:.1f} min, {run.get('processes', 1)} process(es), {run['machine']}"
+        paper = PAPER_OOD_TEST.get(task, "")
+        cells = [f"`{folder.name}`", task, f"`{run['preset']}`", *scores, paper, trained]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def on_page_markdown(markdown, page, config, files):
+    markdown = render_tables(markdown)
+    if "<!-- released models -->" in markdown:
+        markdown = markdown.replace("<!-- released models -->", render_released())
+    return markdown

@@ -1,0 +1,246 @@
+"""The routing explorer: how a released Neural Data Router routes information, step by step (a Gradio Space).
+
+    python hub_cards/spaces/ndr-routing/app.py      # from a checkout (make space): http://127.0.0.1:7860
+
+Pick a released model and type an input or draw a random one at a chosen depth; the page shows the prediction (and
+the true answer of a drawn input), the copy gate of every column at every step and the attention of every step
+(`modeling_ndr.plotting.plot_routing`), with the fixed step count and with adaptive steps side by side, and the
+attention of one chosen step and head. `/classify` (model name, text) -> (label, probability, steps) is the API.
+
+Run from the checkout it loads the folders in `hub_cards/models/`; elsewhere (on the Hub) the repositories
+`$NDR_ORG/<name>` (default `ndr-org`).
+"""
+
+import functools
+import io
+import json
+import os
+import random
+from pathlib import Path
+
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr  # noqa: E402
+import matplotlib  # noqa: E402
+
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: E402
+
+import modeling_ndr  # noqa: E402, F401  (registers NDR with the Auto classes)
+from modeling_ndr.plotting import plot_routing  # noqa: E402
+from modeling_ndr.tasks import ctl_compositions, task_label_names  # noqa: E402
+from modeling_ndr.tasks.arithmetic import arithmetic_stream  # noqa: E402
+from modeling_ndr.tasks.listops import listops_stream  # noqa: E402
+
+
+MODELS = ("ndr-ctl-forward", "ndr-ctl-backward", "ndr-arithmetic", "ndr-listops")
+CHECKOUT_MODELS = Path(__file__).resolve().parents[2] / "models"  # hub_cards/models/ in a checkout
+ORG = os.environ.get("NDR_ORG", "ndr-org")
+MAX_DEPTH = {"ctl": 14, "arithmetic": 8, "listops": 8}  # CTL composes freely; the others fit 50 tokens to depth 8
+DEFAULT_DEPTH = 4
+
+
+def model_source(name: str) -> str:
+    """The checkout's folder of a released model if there is one, else its Hub id."""
+    folder = CHECKOUT_MODELS / name
+    return str(folder) if (folder / "config.json").is_file() else f"{ORG}/{name}"
+
+
+def read_run_config(source: str) -> dict:
+    if os.path.isdir(source):
+        return json.loads((Path(source) / "run_config.json").read_text())
+    from huggingface_hub import hf_hub_download
+
+    return json.loads(Path(hf_hub_download(source, "run_config.json")).read_text())
+
+
+@functools.lru_cache(maxsize=len(MODELS))
+def load(name: str):
+    """(model, tokenizer, task) of a released model; `task` is its run's task settings (task, direction, seed)."""
+    if name not in MODELS:
+        raise gr.Error(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    source = model_source(name)
+    model = AutoModelForSequenceClassification.from_pretrained(source).eval()
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    return model, tokenizer, read_run_config(source)["task"]
+
+
+def draw_sample(name: str, depth: int, sample_seed: int) -> tuple[str, str]:
+    """A random input of `depth` for the model's task, and its true answer (drawn as `modeling_ndr.load_task` does)."""
+    _, _, task = load(name)
+    depth = int(depth)
+    labels = task_label_names(task["task"])
+    if task["task"] == "ctl":
+        seed, direction = task["task_seed"], task["direction"]
+        row = ctl_compositions([depth], 1, seed=seed, direction=direction, sample_seed=sample_seed)[0]
+        return row["text"], labels[row["label"]]
+    rng = random.Random(sample_seed)
+    if task["task"] == "arithmetic":
+        stream = arithmetic_stream(rng, depth, 0.2 if depth <= 5 else 0.3)  # the splits' sub-operation probabilities
+    else:
+        stream = listops_stream(rng, depth, max(depth, 5), 0.3)
+    for _ in range(200_000):
+        draw = next(stream)
+        if draw is not None:
+            return draw[0], labels[draw[1]]
+    raise gr.Error(f"no {task['task']} input of depth {depth} within 50 tokens was found; try a smaller depth")
+
+
+@torch.no_grad()
+def predict(model, tokenizer, text: str, adaptive: bool | None) -> tuple[str, float, int]:
+    """(label, probability, steps run) for one text; `adaptive=None` runs the model as its config says."""
+    inputs = tokenizer([text], return_tensors="pt")
+    outputs = model(**inputs, adaptive_steps=adaptive)
+    probabilities = outputs.logits[0].softmax(-1)
+    label = int(probabilities.argmax())
+    config = model.config
+    if outputs.num_steps_taken is not None:
+        steps = int(outputs.num_steps_taken[0])
+    else:
+        steps = config.eval_num_hidden_layers or config.num_hidden_layers
+    return config.id2label[label], float(probabilities[label]), steps
+
+
+def classify(model_name: str, text: str) -> tuple[str, float, int]:
+    """Classify `text` with a released model, as loaded (`pipeline("text-classification")` gives the same label).
+
+    Returns the predicted label, its probability and the number of steps the model ran."""
+    model, tokenizer, _ = load(model_name)
+    return predict(model, tokenizer, text.strip(), adaptive=None)
+
+
+def to_image(figure) -> Image.Image:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80)
+    plt.close(figure)
+    buffer.seek(0)
+    return Image.open(buffer).convert("RGB")
+
+
+def attention_figure(model, tokenizer, text: str, step: int, head: int):
+    """The attention matrix of one step and head (rows: queries, columns: keys), fixed steps."""
+    inputs = tokenizer([text], return_tensors="pt")
+    steps = max(step, model.config.eval_num_hidden_layers or model.config.num_hidden_layers)
+    with torch.no_grad():
+        attentions = model(**inputs, num_steps=steps, adaptive_steps=False, output_attentions=True).attentions
+    weights = attentions[step - 1][0, head].float().numpy()  # (seq, seq)
+    tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
+    figure, axis = plt.subplots(figsize=(1.2 + 0.45 * len(tokens), 1.0 + 0.45 * len(tokens)), constrained_layout=True)
+    image = axis.imshow(weights, vmin=0, vmax=1, cmap="Blues")
+    axis.set_xticks(range(len(tokens)), tokens, rotation=90)
+    axis.set_yticks(range(len(tokens)), tokens)
+    axis.set_xlabel("key")
+    axis.set_ylabel("query")
+    axis.set_title(f"step {step}, head {head}")
+    figure.colorbar(image, ax=axis)
+    return figure
+
+
+def explore(name: str, text: str, step: int, head: int, drawn: dict | None):
+    """Everything the page shows for one input: the predictions (and the true answer of a drawn input), the routing
+    maps with fixed and with adaptive steps, and the attention of the chosen step and head."""
+    model, tokenizer, _ = load(name)
+    text = " ".join(text.split())
+    if not text:
+        raise gr.Error("type an input, or draw one")
+    config = model.config
+    unknown = sorted({word for word in text.split() if word not in tokenizer.get_vocab()})
+    if unknown:
+        gr.Warning(f"{name} does not know {unknown}: they read as [UNK]")
+    fixed_steps = config.eval_num_hidden_layers or config.num_hidden_layers
+    head = min(int(head), config.num_attention_heads - 1)
+    label, probability, _ = predict(model, tokenizer, text, adaptive=False)
+    adaptive_label, adaptive_probability, adaptive_steps = predict(model, tokenizer, text, adaptive=True)
+    loaded = "adaptive" if config.adaptive_steps else "fixed"
+    lines = [
+        f"**{name}** on `{text}` ({len(text.split())} tokens); as loaded, the model runs **{loaded}** steps.",
+        "",
+        "| | prediction | probability | steps |",
+        "|---|---|---|---|",
+        f"| fixed steps | **{label}** | {probability:.3f} | {fixed_steps} |",
+        f"| adaptive steps | **{adaptive_label}** | {adaptive_probability:.3f} | {adaptive_steps} |",
+    ]
+    if drawn and drawn.get("text") == text:
+        lines += ["", f"True answer: **{drawn['label']}** (a drawn input of depth {drawn['depth']})."]
+    fixed = to_image(plot_routing(model, tokenizer, text, head=head, adaptive=False))
+    adaptive = to_image(plot_routing(model, tokenizer, text, head=head, adaptive=True))
+    attention = to_image(attention_figure(model, tokenizer, text, int(step), head))
+    return "\n".join(lines), fixed, adaptive, attention
+
+
+def choose_model(name: str, depth: int):
+    """A new model: its depth range and heads, and a drawn input of the chosen depth."""
+    model, _, task = load(name)
+    depth = min(int(depth), MAX_DEPTH[task["task"]])
+    text, label = draw_sample(name, depth, sample_seed=0)
+    heads = model.config.num_attention_heads
+    return (
+        gr.update(maximum=MAX_DEPTH[task["task"]], value=depth),
+        gr.update(choices=list(range(heads)), value=0),
+        text,
+        {"text": text, "label": label, "depth": depth},
+    )
+
+
+def draw(name: str, depth: int):
+    text, label = draw_sample(name, depth, sample_seed=random.randrange(2**31))
+    return text, {"text": text, "label": label, "depth": int(depth)}
+
+
+INTRODUCTION = """\
+# NDR routing explorer
+
+The [Neural Data Router](https://arxiv.org/abs/2110.07732) applies one Transformer layer step after step. Each
+column's **copy gate** decides whether it takes its update (1) or keeps its state (0), and **geometric attention**
+lets it read the closest matching column. Pick a model, type an input or draw one at a depth, and watch the
+information flow: on CTL, each function's column opens its gate one step after the column it reads.
+"""
+
+
+# The page opens on a drawn input of the first model, computed here, so it shows the maps without waiting for an event
+FIRST_DEPTH, FIRST_HEADS, FIRST_TEXT, FIRST_DRAWN = choose_model(MODELS[0], DEFAULT_DEPTH)
+FIRST_STEP = 3
+FIRST_OUTPUTS = explore(MODELS[0], FIRST_TEXT, FIRST_STEP, 0, FIRST_DRAWN)
+
+with gr.Blocks(title="NDR routing explorer") as demo:
+    gr.Markdown(INTRODUCTION)
+    drawn = gr.State(FIRST_DRAWN)
+    with gr.Row():
+        model_name = gr.Dropdown(list(MODELS), value=MODELS[0], label="Released model", scale=2)
+        depth = gr.Slider(1, MAX_DEPTH["ctl"], value=DEFAULT_DEPTH, step=1, label="Depth of a drawn input", scale=2)
+        draw_button = gr.Button("Draw a random input", scale=1)
+    with gr.Row():
+        text = gr.Textbox(FIRST_TEXT, label="Input (tokens separated by spaces)", scale=4)
+        run_button = gr.Button("Run", variant="primary", scale=1)
+    with gr.Row():
+        step = gr.Slider(1, 28, value=FIRST_STEP, step=1, label="Attention of step")
+        head = gr.Dropdown(FIRST_HEADS["choices"], value=0, label="Head")
+    prediction = gr.Markdown(FIRST_OUTPUTS[0])
+    with gr.Row():
+        fixed_image = gr.Image(FIRST_OUTPUTS[1], label="Fixed steps: copy gates (top), attention per step", type="pil")
+        adaptive_image = gr.Image(FIRST_OUTPUTS[2], label="Adaptive steps: the red line is where it stops", type="pil")
+    attention_image = gr.Image(FIRST_OUTPUTS[3], label="Attention of the chosen step and head", type="pil")
+
+    inputs = [model_name, text, step, head, drawn]
+    outputs = [prediction, fixed_image, adaptive_image, attention_image]
+    # the public endpoints first: a later event of the same function would otherwise take its name
+    run_button.click(explore, inputs, outputs, api_name="explore")
+    gr.api(classify, api_name="classify")
+    model_name.input(choose_model, [model_name, depth], [depth, head, text, drawn], api_visibility="private").then(
+        explore, inputs, outputs, api_visibility="private"
+    )
+    draw_button.click(draw, [model_name, depth], [text, drawn], api_visibility="private").then(
+        explore, inputs, outputs, api_visibility="private"
+    )
+    text.submit(explore, inputs, outputs, api_visibility="private")
+    step.release(explore, inputs, outputs, api_visibility="private")
+    head.input(explore, inputs, outputs, api_visibility="private")
+
+
+if __name__ == "__main__":
+    demo.launch()

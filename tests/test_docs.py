@@ -1,0 +1,91 @@
+"""The documentation site builds strictly (a broken link, anchor or API object fails) and its code examples run.
+
+Every ```python block of a page in docs/ runs, in page order, in one namespace per page, from a temporary working
+directory in which `hub_cards/` is the repository's (so examples load the released folders by their checkout path).
+A block that cannot run here is marked on the line before it with `<!-- not run: why -->`.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+BLOCK = re.compile(r"^(?P<marker><!-- not run: [^>]+ -->\n)?```python\n(?P<code>.*?)^```$", re.DOTALL | re.MULTILINE)
+
+
+def python_blocks(page: Path) -> list[tuple[int, str]]:
+    """(line number, code) of each runnable python block of `page`."""
+    text = page.read_text()
+    return [
+        (text.count("\n", 0, match.start("code")) + 1, match["code"])
+        for match in BLOCK.finditer(text)
+        if not match["marker"]
+    ]
+
+
+def load_hooks():
+    spec = importlib.util.spec_from_file_location("ndr_docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_site_builds_strictly(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
+    )  # fmt: skip
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-4000:]}"
+    api = (tmp_path / "site" / "api" / "config" / "index.html").read_text()
+    for field in ("hidden_size", "gate_dropout", "adaptive_threshold", "readout"):
+        assert f"<code>{field}</code>" in api, f"the API page documents NDRConfig.{field}"
+
+
+PAGES = sorted(page for page in DOCS.rglob("*.md") if python_blocks(page))
+
+
+def test_the_docs_have_runnable_examples():
+    assert {"model.md", "getting-started.md", "tasks.md"} <= {page.name for page in PAGES}, [p.name for p in PAGES]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(DOCS)) for page in PAGES])
+def test_code_examples_run(page, tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hub_cards").symlink_to(REPO / "hub_cards")
+    namespace = {"__name__": "__docs__"}
+    for line, code in python_blocks(page):
+        # a failing block's traceback names docs/<page>.md and the line of the block
+        exec(compile("\n" * (line - 1) + code, str(page), "exec"), namespace)
+
+
+def test_a_table_is_rendered_from_its_json_file(tmp_path):
+    hooks = load_hooks()
+    (tmp_path / "scores.json").write_text(json.dumps({"ndr": {"iid_test": 1.0, "ood_test": 0.9734}, "rel": {}}))
+    page = "before\n<!-- table: scores.json -->\n| stale |\n<!-- end table -->\nafter\n"
+    rendered = hooks.render_tables(page, tmp_path)
+    assert "| `ndr` | 1.000 | 0.973 |" in rendered and "| `rel` |  |  |" in rendered, rendered
+    assert "stale" not in rendered and rendered.startswith("before\n") and rendered.endswith("after\n")
+    assert hooks.render_tables(page, tmp_path / "missing") == page, "without its file, the block stays as written"
+
+
+def test_the_comparison_page_shows_the_comparison_file():
+    hooks = load_hooks()
+    page = (DOCS / "results" / "ctl-comparison.md").read_text()
+    assert "<!-- table: compare_ctl_forward.json -->" in page, "the page renders its table from the data"
+    data_file = DOCS / "results" / "compare_ctl_forward.json"
+    if data_file.is_file():
+        data = json.loads(data_file.read_text())
+        rendered = hooks.render_tables(page)
+        for variant in data:
+            assert f"| `{variant}` |" in rendered, f"{variant} is in compare_ctl_forward.json but not on the page"
