@@ -38,13 +38,18 @@ from transformers import DataCollatorWithPadding, set_seed
 import modeling_ndr
 from modeling_ndr.training import (
     EVAL_SPLITS,
+    EXIT_STOPPED,
     NDRTrainer,
+    TimeBoxCallback,
+    TrainingStopped,
     UsageError,
+    apply_total_batch_size,
     build_tokenizer_and_model,
     check_best_metric,
     check_data_arguments,
     check_resume,
     config_values,
+    describe_precision,
     encode,
     evaluate_splits,
     exit_on_usage_error,
@@ -71,9 +76,12 @@ def main(argv: list[str] | None = None) -> dict:
     # ---- arguments: the preset's values are the defaults, flags override them; every check before any data is made
     argv = sys.argv[1:] if argv is None else argv
     data_args, model_args, run_args, training_args, preset = parse_arguments(argv)
+    # stops the run with a checkpoint (exit 75) after --max_wall_minutes counted from here, or on SIGTERM/SIGUSR1
+    time_box = TimeBoxCallback(run_args.max_wall_minutes, run_args.max_chunk_steps)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
     given = flags_on_command_line(argv)
+    apply_total_batch_size(training_args, run_args.total_batch_size, given)
     check_data_arguments(data_args, given, preset)
     variant = read_variant(run_args.variant)
     values = config_values(model_args, variant, given)  # a bad variant or override: reported before any file is read
@@ -127,9 +135,14 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=metrics_function(depth_accuracy),
         balance_depths=data_args.balance_depths,
+        callbacks=[time_box],
     )
     total_batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
-    logger.info("processes: %d, total train batch size: %d", training_args.world_size, total_batch)
+    logger.info(
+        "processes: %d, total train batch size: %d (%d per device x %d accumulation steps), %s",
+        training_args.world_size, total_batch, training_args.per_device_train_batch_size,
+        training_args.gradient_accumulation_steps, describe_precision(training_args),
+    )  # fmt: skip
 
     # ---- the run's record, written before training (and again after it, with what training took)
     run_config = {}
@@ -146,11 +159,14 @@ def main(argv: list[str] | None = None) -> dict:
     # ---- training
     if training_args.do_train or training_args.max_steps > 0:
         train_result = trainer.train(resume_from_checkpoint=resume)
+        time_box.raise_if_stopped()  # stopped before the last step: the checkpoint is saved, nothing else to do
         trainer.log_metrics("train", train_result.metrics)
         trainer.save_metrics("train", train_result.metrics)
         trainer.save_state()
         if training_args.should_save:
             run_config["training"] = training_record(train_result.metrics, train_result.global_step)
+            if time_box.chunks > 1:  # trained in resumed chunks: the training time of all of them
+                run_config["training"].update(seconds=round(time_box.training_seconds, 1), chunks=time_box.chunks)
             write_run_config(training_args.output_dir, run_config)
 
     # ---- evaluation of the selected model on every split, and the hub-ready export
@@ -175,4 +191,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    exit_on_usage_error(main)
+    try:
+        exit_on_usage_error(main)
+    except TrainingStopped as stop:  # status 75: run the same command with --resume_from_checkpoint auto
+        print(f"{os.path.basename(sys.argv[0])}: {stop}", file=sys.stderr)
+        sys.exit(EXIT_STOPPED)

@@ -13,6 +13,9 @@ Modules, in the order `train.py` uses them:
 - `data`: your own files or dataset, read and checked; label names; `encode`
 - `checkpoints`: a new model or a checkpoint adapted to the data; the checkpoint to resume from
 - `trainer`: `NDRTrainer`, the depth-balanced samplers, per-depth `compute_metrics`, `evaluate_splits`
+- `devices`: the global batch whatever the number of processes (`--total_batch_size`), `--precision`
+- `preemption`: time-boxed and preemptible runs (`--max_wall_minutes`, SIGTERM/SIGUSR1: a checkpoint, exit 75), and
+  `run_in_chunks`, the driver that resumes them until they finish
 - `records`: `run_config.json` and the machine description
 - `export`: the hub-ready folder and its model card
 """
@@ -48,13 +51,15 @@ from .data import (
     standard_columns,
     warn_unknown_words,
 )
+from .devices import apply_total_batch_size, describe_precision, per_device_batch_size, precision_defaults
 from .errors import UsageError, exit_on_usage_error, first_line
 from .export import build_model_card, export_model, results_table
+from .preemption import EXIT_STOPPED, TimeBoxCallback, TrainingStopped, run_in_chunks
 from .presets import config_values, parse_config_overrides, read_preset, read_variant
 from .records import machine_description, run_record, training_record, write_run_config
 from .trainer import (
     EVAL_SPLITS,
-    LengthGroupedBalancedSampler,
+    BalancedSampler,
     NDRTrainer,
     balanced_sampler,
     depth_weights,
@@ -104,13 +109,23 @@ __all__ = [
     "resolve_checkpoint",
     # trainer
     "EVAL_SPLITS",
-    "LengthGroupedBalancedSampler",
+    "BalancedSampler",
     "NDRTrainer",
     "balanced_sampler",
     "depth_weights",
     "evaluate_splits",
     "load_depth_accuracy",
     "metrics_function",
+    # devices
+    "apply_total_batch_size",
+    "describe_precision",
+    "per_device_batch_size",
+    "precision_defaults",
+    # preemption
+    "EXIT_STOPPED",
+    "TimeBoxCallback",
+    "TrainingStopped",
+    "run_in_chunks",
     # records
     "machine_description",
     "run_record",

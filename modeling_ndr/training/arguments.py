@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from transformers import HfArgumentParser, TrainingArguments
 
 from ..tasks import TASK_NAMES
+from .devices import precision_defaults
 from .errors import UsageError
 from .presets import read_preset
 
@@ -119,6 +120,31 @@ class RunArguments:
         },
     )
     torch_threads: int | None = field(default=None, metadata={"help": "torch threads per process (default: torch's)."})
+    total_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "The global batch (per device x accumulation x processes): sets --per_device_train_batch_size "
+            "from the number of processes, so a command trains with the same batch on any number of GPUs."
+        },
+    )
+    precision: str | None = field(
+        default=None,
+        metadata={
+            "help": "auto (bf16 autocast and TF32 on a GPU that has bf16, else fp32), bf16, fp16 or fp32; --bf16 and "
+            "--fp16 on the command line win."
+        },
+    )
+    max_wall_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop with a checkpoint at the first step this many minutes after the start, and exit with "
+            "status 75 (resume with --resume_from_checkpoint auto). SIGTERM and SIGUSR1 do the same at any time."
+        },
+    )
+    max_chunk_steps: int | None = field(
+        default=None,
+        metadata={"help": "Stop with a checkpoint (exit status 75) after this many optimizer steps in this process."},
+    )
     export_dir: str | None = field(
         default=None, metadata={"help": "Hub-ready export folder (default: output_dir/export)."}
     )
@@ -153,6 +179,10 @@ def parse_arguments(argv: list[str]):
     )
     try:
         data_args, model_args, run_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+        # --precision: the bf16/fp16/tf32 values it stands for on this machine, as defaults that flags still override
+        if precision := precision_defaults(run_args.precision, training_args.use_cpu, flags_on_command_line(argv)):
+            parser.set_defaults(**{name: str(value) for name, value in precision.items()})
+            data_args, model_args, run_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     except ValueError as error:  # TrainingArguments' own consistency checks, unused arguments
         raise UsageError(str(error).strip().splitlines()[0]) from None
     return data_args, model_args, run_args, training_args, preset

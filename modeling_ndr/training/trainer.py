@@ -46,8 +46,10 @@ def metrics_function(depth_accuracy):
         depth_accuracy: the metric of `load_depth_accuracy`.
 
     Returns:
-        A function from `EvalPrediction` to `{"accuracy": a, "accuracy_depth_<d>": a, ...}` (flat, as Trainer logs
-        them); with `label_names = ["labels", "depth"]` its `label_ids` are `(labels, depths)`.
+        A function from `EvalPrediction` to `{"accuracy": a, "accuracy_depth_<d>": a, ..., "count": n,
+        "count_depth_<d>": n, ...}` (flat, as Trainer logs them; the counts are the samples scored, which under data
+        parallelism shows that every sample counted once); with `label_names = ["labels", "depth"]` its `label_ids`
+        are `(labels, depths)`.
     """
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
@@ -57,7 +59,12 @@ def metrics_function(depth_accuracy):
         result = depth_accuracy.compute(
             predictions=np.argmax(prediction.predictions, axis=-1), references=labels, depths=depths
         )
-        return {"accuracy": result["accuracy"], **{f"accuracy_depth_{d}": a for d, a in result["by_depth"].items()}}
+        return {
+            "accuracy": result["accuracy"],
+            **{f"accuracy_depth_{d}": a for d, a in result["by_depth"].items()},
+            "count": len(labels),
+            **{f"count_depth_{d}": n for d, n in result["count_by_depth"].items()},
+        }
 
     return compute_metrics
 
@@ -75,29 +82,58 @@ def depth_weights(depths) -> torch.Tensor:
     return torch.as_tensor(1.0 / counts[inverse], dtype=torch.double)
 
 
-class LengthGroupedBalancedSampler(torch.utils.data.Sampler):
-    """`--balance_depths` with `--train_sampling_strategy group_by_length`: each epoch draws as many samples as the
-    dataset holds, weighted by `weights` (with replacement, as `WeightedRandomSampler`), then orders the draws as
-    `LengthGroupedSampler` does, so each batch of `batch_size` holds samples of similar length (less padding).
+class BalancedSampler(torch.utils.data.Sampler):
+    """`--balance_depths`: each epoch draws as many samples as the dataset holds, weighted by `weights` (with
+    replacement: the draws of `WeightedRandomSampler` with the same generator); with `lengths`
+    (`--train_sampling_strategy group_by_length`) the draws are then ordered as `LengthGroupedSampler` orders them, so
+    each batch of `batch_size` holds samples of similar length (less padding).
+
+    Epoch e's order is the e-th one drawn from a generator seeded with `seed`, whether or not this sampler drew the
+    epochs before it: a run resumed in a later epoch (Trainer calls `set_epoch`, then skips the batches already
+    trained) sees the samples of the run that was not interrupted. The same seed in every process: accelerate shards
+    one common sequence of batches.
 
     Args:
         weights: one sampling weight per sample (`depth_weights`).
-        lengths: each sample's length in tokens.
-        batch_size: the size of the groups of similar length (Trainer's: batch size × accumulation steps).
-        generator: the random generator (the same seed in every process).
+        seed: the seed of the draws (the run's `--seed`).
+        lengths: each sample's length in tokens, to group batches by length (None: no grouping).
+        batch_size: the size of the groups of similar length (Trainer's: batch size x accumulation steps).
     """
 
-    def __init__(self, weights: torch.Tensor, lengths: list[int], batch_size: int, generator: torch.Generator):
-        self.weights, self.lengths, self.batch_size, self.generator = weights, lengths, batch_size, generator
+    def __init__(self, weights: torch.Tensor, seed: int, lengths: list[int] | None = None, batch_size: int = 1):
+        self.weights, self.seed, self.lengths, self.batch_size = weights, seed, lengths, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.epoch = None  # set by `set_epoch`; None: the epoch after the last one drawn
+        self.epochs_drawn = 0  # the epochs whose draws the generator has made
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
-        return len(self.lengths)
+        return len(self.weights)
+
+    def _draw(self, skip: bool = False) -> list[int] | None:
+        draws = torch.multinomial(self.weights, len(self.weights), replacement=True, generator=self.generator)
+        if self.lengths is None:
+            return None if skip else draws.tolist()
+        if skip:  # the generator's only use in get_length_grouped_indices (tests/test_preemption.py checks it)
+            torch.randperm(len(draws), generator=self.generator)
+            return None
+        draws = draws.tolist()
+        order = get_length_grouped_indices([self.lengths[i] for i in draws], self.batch_size, generator=self.generator)
+        return [draws[position] for position in order]
 
     def __iter__(self):
-        draws = torch.multinomial(self.weights, len(self.lengths), replacement=True, generator=self.generator).tolist()
-        drawn_lengths = [self.lengths[index] for index in draws]
-        order = get_length_grouped_indices(drawn_lengths, self.batch_size, generator=self.generator)
-        return iter([draws[position] for position in order])
+        epoch = self.epochs_drawn if self.epoch is None else self.epoch
+        if epoch < self.epochs_drawn:  # an earlier epoch again: start over from the seed
+            self.generator.manual_seed(self.seed)
+            self.epochs_drawn = 0
+        while self.epochs_drawn < epoch:  # a later epoch (a resumed run): skip the epochs before it
+            self._draw(skip=True)
+            self.epochs_drawn += 1
+        order = self._draw()
+        self.epochs_drawn += 1
+        return iter(order)
 
 
 def balanced_sampler(dataset, args) -> torch.utils.data.Sampler:
@@ -109,16 +145,14 @@ def balanced_sampler(dataset, args) -> torch.utils.data.Sampler:
         args: the run's `TrainingArguments` (seed, batch size, accumulation, sampling strategy).
 
     Returns:
-        A sampler of `len(dataset)` indices per epoch.
+        A `BalancedSampler` of `len(dataset)` indices per epoch.
     """
     weights = depth_weights(dataset["depth"])
-    # the same generator seed in every process: accelerate shards one common sequence of batches
-    generator = torch.Generator().manual_seed(args.seed)
     if args.train_sampling_strategy != "group_by_length":
-        return torch.utils.data.WeightedRandomSampler(weights, num_samples=len(weights), generator=generator)
+        return BalancedSampler(weights, args.seed)
     lengths = [len(ids) for ids in dataset["input_ids"]]
     batch_size = args.train_batch_size * args.gradient_accumulation_steps  # as Trainer's grouping
-    return LengthGroupedBalancedSampler(weights, lengths, batch_size, generator)
+    return BalancedSampler(weights, args.seed, lengths, batch_size)
 
 
 class NDRTrainer(Trainer):

@@ -1,0 +1,113 @@
+"""What depends on the devices a run trains on: the global batch whatever the number of processes
+(`--total_batch_size`), and the mixed precision the GPU supports (`--precision`).
+
+The paper trains with batches of 512 on one GPU. With k data-parallel processes, Trainer's batch is
+`per_device_train_batch_size x gradient_accumulation_steps x k`; `--total_batch_size 512` sets the per-device batch
+from k (and the accumulation steps), so the same command trains with the paper's batch on 1, 2, 4 or 8 GPUs.
+"""
+
+import torch
+
+from .errors import UsageError
+
+
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+# the TrainingArguments flags that choose a precision themselves (given on the command line, they win)
+PRECISION_FLAGS = ("bf16", "fp16")
+
+
+def per_device_batch_size(total_batch_size: int, processes: int, accumulation_steps: int = 1) -> int:
+    """The per-device batch that makes `total_batch_size` with `processes` processes and `accumulation_steps`.
+
+    Args:
+        total_batch_size: the global batch (samples per optimizer step).
+        processes: the data-parallel processes (Trainer's `world_size`).
+        accumulation_steps: `gradient_accumulation_steps`.
+
+    Returns:
+        `total_batch_size / (processes x accumulation_steps)`; a `UsageError` if that is not a whole number >= 1.
+    """
+    if total_batch_size < 1:
+        raise UsageError(f"--total_batch_size must be at least 1, got {total_batch_size}")
+    shares = processes * accumulation_steps
+    per_device, remainder = divmod(total_batch_size, shares)
+    if remainder or per_device < 1:
+        raise UsageError(
+            f"--total_batch_size {total_batch_size} does not divide into {processes} process(es) x "
+            f"{accumulation_steps} accumulation step(s): use a multiple of {shares} (or other accumulation steps)"
+        )
+    return per_device
+
+
+def apply_total_batch_size(training_args, total_batch_size: int | None, given: set[str]) -> None:
+    """Set `training_args.per_device_train_batch_size` from `--total_batch_size` and the number of processes.
+
+    A `--per_device_train_batch_size` on the command line wins over a preset's `total_batch_size`; both on the command
+    line is an error.
+
+    Args:
+        training_args: the run's `TrainingArguments` (its `world_size` and `gradient_accumulation_steps` are read).
+        total_batch_size: `--total_batch_size` (None: the per-device batch stays as given).
+        given: the fields given on the command line (`flags_on_command_line`).
+    """
+    if total_batch_size is None:
+        return
+    if "per_device_train_batch_size" in given:
+        if "total_batch_size" in given:
+            raise UsageError("give --total_batch_size or --per_device_train_batch_size, not both")
+        return
+    training_args.per_device_train_batch_size = per_device_batch_size(
+        total_batch_size, training_args.world_size, training_args.gradient_accumulation_steps
+    )
+
+
+def precision_defaults(precision: str | None, use_cpu: bool, given: set[str]) -> dict:
+    """The `TrainingArguments` values that `--precision` stands for on this machine.
+
+    `auto` is bf16 autocast with TF32 matmuls on a GPU that has bf16 (Ampere and later), plain fp32 on older GPUs (a
+    V100 or T4 has no bf16; fp16 is `--precision fp16`) and on the CPU. The geometric attention computes in float32
+    under any autocast.
+
+    Args:
+        precision: one of `PRECISIONS`, or None (Trainer's flags as given).
+        use_cpu: the run trains on the CPU (`--use_cpu`), GPUs or not.
+        given: the fields given on the command line: `--bf16`/`--fp16` there override `--precision`, and `--tf32`
+            keeps its value.
+
+    Returns:
+        `{"bf16": ..., "fp16": ..., "tf32": ...}` (the keys to set), empty if nothing changes.
+    """
+    if precision is None:
+        return {}
+    if precision not in PRECISIONS:
+        raise UsageError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    if given & set(PRECISION_FLAGS):
+        return {}
+    cuda = torch.cuda.is_available() and not use_cpu
+    if precision == "auto":
+        precision = "bf16" if cuda and torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
+    values = {"bf16": precision == "bf16", "fp16": precision == "fp16"}
+    if cuda and "tf32" not in given and _tf32_available():
+        values["tf32"] = True  # the float32 matmuls outside autocast
+    return values
+
+
+def _tf32_available() -> bool:
+    from transformers.utils import is_torch_tf32_available  # TrainingArguments raises for tf32 where this is False
+
+    return is_torch_tf32_available()
+
+
+def describe_precision(training_args) -> str:
+    """A few words for the log and the run record: `bf16 autocast, TF32 matmuls`, `fp32`, ...
+
+    Args:
+        training_args: the run's `TrainingArguments`.
+
+    Returns:
+        The description.
+    """
+    words = "bf16 autocast" if training_args.bf16 else "fp16 autocast" if training_args.fp16 else "fp32"
+    if torch.cuda.is_available() and not training_args.use_cpu and torch.backends.cuda.matmul.allow_tf32:
+        words += ", TF32 matmuls"
+    return words
