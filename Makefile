@@ -13,7 +13,8 @@ NPROC ?= 2
 DEMO_ARGS ?=
 
 .PHONY: help compare release push-release setup demo demo-backward demo-backward-long demo-forward-long \
-	demo-backward-bos demo-backward-first example-finetune test test-slow lint format bench datasets clean
+	demo-backward-bos demo-backward-first example-finetune test test-slow lint format bench datasets clean \
+	docs docs-serve space screenshot
 
 setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
 
@@ -100,6 +101,22 @@ release: $(STAMP) ## the released models in hub_cards/models/ (trains the runs t
 ORG ?= ndr-org
 push-release: $(STAMP) ## upload the released models to ORG (needs a network and a token)
 	$(BIN)/python hub_cards/make_model_repos.py --push --org $(ORG)
+
+# the documentation site (mkdocs.yml, docs/): make test builds it too (tests/test_docs.py)
+docs: $(STAMP) ## build the documentation site strictly into site/
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP) ## serve the documentation site at http://127.0.0.1:8000, rebuilt on every change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# the routing explorer Space with the released folders of hub_cards/models/
+SPACE_PORT ?= 7860
+space: $(STAMP) ## the routing explorer (a Gradio Space) at http://127.0.0.1:7860
+	GRADIO_ANALYTICS_ENABLED=False GRADIO_SERVER_PORT=$(SPACE_PORT) $(BIN)/python hub_cards/spaces/ndr-routing/app.py
+
+# needs Debian's chromium (apt-get install chromium); not part of make test
+screenshot: $(STAMP) ## a screenshot of the routing explorer for the docs (docs/images/routing_explorer.png)
+	$(BIN)/python hub_cards/spaces/screenshot.py --out docs/images/routing_explorer.png
 
 clean: ## remove .venv, outputs/ and runs/
 	rm -rf $(VENV) outputs runs
