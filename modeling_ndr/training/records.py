@@ -16,7 +16,10 @@ def run_record(data_args, model_args, run_args, training_args, preset: dict, con
     """The run's record, as `run_config.json` holds it.
 
     Args:
-        data_args, model_args, run_args, training_args: the parsed arguments (`parse_arguments`).
+        data_args: the parsed `DataArguments` (`parse_arguments`).
+        model_args: the parsed `ModelArguments`.
+        run_args: the parsed `RunArguments`.
+        training_args: the parsed `TrainingArguments`.
         preset: the preset's values.
         config_values: the NDRConfig fields the run set (`config_values`).
         example: one sample of the data, `{"text": ..., "label": ...}`, shown on the model card.

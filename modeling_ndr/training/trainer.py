@@ -166,7 +166,8 @@ class NDRTrainer(Trainer):
 
     Args:
         balance_depths: draw training samples uniformly over the `depth` column (see `balanced_sampler`).
-        *args, **kwargs: `Trainer`'s.
+        *args: `Trainer`'s positional arguments.
+        **kwargs: `Trainer`'s keyword arguments.
     """
 
     def __init__(self, *args, balance_depths: bool = False, **kwargs):
