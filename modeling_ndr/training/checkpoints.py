@@ -20,7 +20,8 @@ from .presets import config_values
 
 
 logger = logging.getLogger(__name__)
-# the spellings of "the latest checkpoint in output_dir" that --resume_from_checkpoint accepts
+# "The newest checkpoint in output_dir, if any" for --resume_from_checkpoint: `auto` is the documented spelling; the
+# older spellings latest, last, true and True (Trainer.train's resume_from_checkpoint=True) are still accepted.
 RESUME_LATEST = ("auto", "latest", "last", "true", "True")
 # the classification head: re-initialised when the labels change (its weights have names starting with this)
 HEAD = "classifier"

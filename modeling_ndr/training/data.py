@@ -144,6 +144,8 @@ def label_names_of(train: datasets.Dataset) -> list[str]:
     Returns:
         A `ClassLabel`'s names, else the distinct labels sorted (numerically if they are numbers), as text.
     """
+    # Not `Dataset.class_encode_column`: it sorts numbers as text ([2, 10] -> ["10", "2"]). `encode` looks labels up
+    # by exact name rather than with `align_labels_with_mapping`, which lowercases them ("A" and "a" become one).
     feature = train.features["label"]
     if isinstance(feature, datasets.ClassLabel):
         return list(feature.names)

@@ -83,7 +83,7 @@ def config_field_names() -> set[str]:
 
 
 def parse_config_overrides(text: str | None) -> dict:
-    """`"a=1,b=false,c=none,d=text"` → `{"a": 1, "b": False, "c": None, "d": "text"}` (values read as YAML).
+    """`"a=1,b=false,c=null,d=text"` → `{"a": 1, "b": False, "c": None, "d": "text"}` (values read as YAML).
 
     Args:
         text: the value of `--config_overrides`, or None.

@@ -1,0 +1,98 @@
+"""`modeling_ndr.training.trainer` on its own: the contract of the two private `Trainer` methods `NDRTrainer`
+overrides (a transformers release that renames them, changes their signature or stops calling them fails here), the
+depth-balanced sampling as Trainer's own dataloader delivers it, and the per-depth `compute_metrics`."""
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from transformers import DataCollatorWithPadding, EvalPrediction, Trainer, TrainingArguments
+
+from modeling_ndr import NDRConfig, NDRForSequenceClassification, build_tokenizer
+from modeling_ndr.training import NDRTrainer, depth_weights, load_depth_accuracy, metrics_function
+
+
+def tiny_trainer(tmp_path, train_dataset=None, **args) -> NDRTrainer:
+    model = NDRForSequenceClassification(
+        NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
+    )
+    arguments = TrainingArguments(output_dir=str(tmp_path), report_to="none", seed=3, use_cpu=True, **args)
+    return NDRTrainer(model=model, args=arguments, train_dataset=train_dataset, balance_depths=True)
+
+
+# ------------------------------------------------------------------------------------- the private Trainer methods
+
+
+def test_the_overridden_private_methods_keep_their_signatures():
+    """NDRTrainer overrides `_get_train_sampler(train_dataset)` and `_determine_best_metric(metrics, trial)`: if
+    transformers renames them or changes their parameters, the overrides would silently stop being called."""
+    for name, parameters in {
+        "_get_train_sampler": ["self", "train_dataset"],
+        "_determine_best_metric": ["self", "metrics", "trial"],
+    }.items():
+        assert callable(getattr(Trainer, name, None)), f"Trainer.{name} is gone: NDRTrainer's override is dead code"
+        assert list(inspect.signature(getattr(Trainer, name)).parameters) == parameters, f"Trainer.{name} changed"
+        assert list(inspect.signature(getattr(NDRTrainer, name)).parameters) == parameters
+
+
+def test_trainer_s_own_dataloader_draws_depths_uniformly(tmp_path):
+    """`get_train_dataloader` (public) builds its sampler with `_get_train_sampler`: one epoch of its batches holds
+    each depth about equally often, though depth 1 is 1% of the data."""
+    depths = [1] * 10 + [2] * 90 + [5] * 900
+    dataset = Dataset.from_dict(
+        {"input_ids": [[2, 3, 4]] * len(depths), "labels": [0] * len(depths), "depth": depths, "row": range(1000)}
+    )
+    trainer = tiny_trainer(tmp_path, dataset, per_device_train_batch_size=50, remove_unused_columns=False)
+    trainer.data_collator = DataCollatorWithPadding(build_tokenizer(texts=["a"]))
+    drawn = torch.cat([batch["depth"] for batch in trainer.get_train_dataloader()])
+    assert len(drawn) == len(depths), "one epoch draws as many samples as the dataset holds"
+    shares = [(drawn == d).float().mean().item() for d in (1, 2, 5)]
+    assert all(abs(share - 1 / 3) < 0.07 for share in shares), f"depth shares {shares} should all be about 1/3"
+
+
+def test_a_tie_with_the_best_metric_moves_the_best_checkpoint_to_the_latest(tmp_path):
+    """The paper keeps the latest of equally good checkpoints; Trainer keeps the first. Trainer calls
+    `_determine_best_metric` after each evaluation and saves `state.best_global_step` as the best checkpoint."""
+    trainer = tiny_trainer(tmp_path, save_strategy="steps", metric_for_best_model="ood_valid_accuracy")
+    verdicts = []
+    for step, accuracy in [(1, 0.5), (2, 0.7), (3, 0.7), (4, 0.6), (5, 0.8), (6, 0.7)]:
+        trainer.state.global_step = step
+        verdicts.append(trainer._determine_best_metric({"eval_ood_valid_accuracy": accuracy}, None))
+        if step == 3:
+            assert (trainer.state.best_global_step, trainer.state.best_metric) == (3, 0.7), "a tie: the latest"
+    assert verdicts == [True, True, True, False, True, False]
+    assert (trainer.state.best_global_step, trainer.state.best_metric) == (5, 0.8)
+
+
+def test_a_lower_is_better_metric_ties_the_same_way(tmp_path):
+    trainer = tiny_trainer(tmp_path, metric_for_best_model="eval_ood_valid_loss", greater_is_better=False)
+    for step, loss in [(1, 0.9), (2, 0.4), (3, 0.4), (4, 0.5)]:
+        trainer.state.global_step = step
+        trainer._determine_best_metric({"eval_ood_valid_loss": loss}, None)
+    assert (trainer.state.best_global_step, trainer.state.best_metric) == (3, 0.4)
+
+
+# ---------------------------------------------------------------------------------------- sampling and metrics
+
+
+def test_depth_weights_give_every_depth_the_same_total_weight():
+    depths = [3] * 5 + [1] * 2 + [7] * 93
+    weights = depth_weights(depths)
+    totals = {d: weights[torch.tensor(depths) == d].sum().item() for d in (1, 3, 7)}
+    assert totals == pytest.approx({1: 1.0, 3: 1.0, 7: 1.0}) and weights.dtype == torch.float64
+
+
+def test_compute_metrics_reports_accuracy_and_accuracy_per_depth():
+    rng = np.random.default_rng(0)
+    logits, labels, depths = rng.normal(size=(300, 4)), rng.integers(0, 4, 300), rng.integers(1, 6, 300)
+    compute_metrics = metrics_function(load_depth_accuracy())
+    correct = logits.argmax(-1) == labels
+    metrics = compute_metrics(EvalPrediction(predictions=logits, label_ids=(labels, depths)))
+    assert metrics["accuracy"] == pytest.approx(correct.mean())
+    by_depth = {int(k.removeprefix("accuracy_depth_")): v for k, v in metrics.items() if "accuracy_depth_" in k}
+    assert by_depth == pytest.approx({d: correct[depths == d].mean() for d in range(1, 6)})
+    plain = compute_metrics(EvalPrediction(predictions=logits, label_ids=labels))
+    assert plain["accuracy"] == pytest.approx(correct.mean())
+    assert not any("depth" in key for key in plain), "no depths given: no per-depth metrics"
