@@ -75,20 +75,20 @@ PAPER_OOD_TEST = {"ctl forward": "1.00", "ctl backward": "1.00", "arithmetic": "
 
 
 def render_released(models: Path = RELEASED) -> str:
-    """One row per released folder: task, preset, accuracy per split, the paper's ood_test, and the training run."""
+    """One row per released folder: task, accuracy per split, the paper's ood_test, and the training run."""
     lines = [
-        "| repository | task | preset | iid_test | ood_valid | ood_test | the paper's ood_test | trained |",
-        "|---|---|---|---|---|---|---|---|",
+        "| repository | task | iid_test | ood_valid | ood_test | the paper's ood_test | trained |",
+        "|---|---|---|---|---|---|---|",
     ]
     for folder in sorted(path for path in models.iterdir() if (path / "eval_results.json").is_file()):
         results = json.loads((folder / "eval_results.json").read_text())
         run = json.loads((folder / "run_config.json").read_text())
         task = run["task"]["task"] + (f" {run['task']['direction']}" if run["task"].get("direction") else "")
         scores = [format_value(results[split]["accuracy"]) if split in results else "" for split in SPLITS]
-        training = run.get("training", {})
-        trained = f"{training['seconds'] / 60:.1f} min, {run.get('processes', 1)} process(es), {run['machine']}"
-        paper = PAPER_OOD_TEST.get(task, "")
-        cells = [f"`{folder.name}`", task, f"`{run['preset']}`", *scores, paper, trained]
+        minutes = run.get("training", {}).get("seconds", 0) / 60
+        machine = run["machine"].split(", torch")[0]  # the torch build is on the card
+        trained = f"`{run['preset']}`: {minutes:.1f} min, {run.get('processes', 1)} process(es) on {machine}"
+        cells = [f"`{folder.name}`", task, *scores, PAPER_OOD_TEST.get(task, ""), trained]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

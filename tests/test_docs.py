@@ -89,3 +89,11 @@ def test_the_comparison_page_shows_the_comparison_file():
         rendered = hooks.render_tables(page)
         for variant in data:
             assert f"| `{variant}` |" in rendered, f"{variant} is in compare_ctl_forward.json but not on the page"
+
+
+def test_the_released_models_table_has_a_row_per_folder_with_its_card_s_numbers():
+    hooks = load_hooks()
+    table = hooks.render_released()
+    for folder in sorted((REPO / "hub_cards" / "models").iterdir()):
+        ood_test = json.loads((folder / "eval_results.json").read_text())["ood_test"]["accuracy"]
+        assert f"| `{folder.name}` |" in table and f"| {ood_test:.3f} |" in table, (folder.name, table)
