@@ -1,0 +1,205 @@
+"""Training on GPUs: `train.py` in bf16 on one GPU, `accelerate launch --config_file
+configuration/accelerate/multi_gpu.yaml` on every visible GPU with an evaluation that counts each sample once, and the
+time box with resumption on a GPU. Those carry the `gpu` marker and skip without CUDA (`make test-gpu` runs them);
+their CPU twins run the same helpers with gloo processes, plus the arithmetic of `--total_batch_size` and what
+`--precision` stands for on each kind of machine."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_preemption import assert_same_weights
+from transformers import DataCollatorWithPadding, TrainingArguments
+
+import modeling_ndr
+from modeling_ndr import NDRForSequenceClassification
+from modeling_ndr.tokenization_ndr import NDRTokenizerFast
+from modeling_ndr.training import (
+    EXIT_STOPPED,
+    NDRTrainer,
+    UsageError,
+    apply_total_batch_size,
+    encode,
+    load_depth_accuracy,
+    metrics_function,
+    per_device_batch_size,
+    precision_defaults,
+)
+
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "training" / "train.py"
+CUDA = torch.cuda.is_available()
+# A short CTL run; the evaluation splits hold 37 samples, which no number of processes x 8 divides, so a padded
+# evaluation batch would show in the counts.
+N_EVAL = 37
+SHORT = [
+    "--task", "ctl", "--direction", "forward", "--n_train", "256", "--n_eval", str(N_EVAL), "--task_seed", "0",
+    "--hidden_size", "16", "--intermediate_size", "32", "--num_attention_heads", "1", "--num_hidden_layers", "2",
+    "--max_steps", "4", "--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1",
+    "--per_device_eval_batch_size", "8", "--total_batch_size", "32", "--eval_strategy", "steps",
+    "--load_best_model_at_end", "true", "--metric_for_best_model", "ood_valid_accuracy", "--learning_rate", "1e-3",
+    "--ddp_find_unused_parameters", "false", "--report_to", "none", "--disable_tqdm", "true", "--seed", "1",
+]  # fmt: skip
+SPLITS = ("iid_test", "ood_valid", "ood_test")
+
+
+def run(command: list[str], env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
+
+
+def single_process_evaluation(run_dir: Path, split: str, device: str) -> dict:
+    """The run's saved model evaluated on `split` by one process, with the run's evaluation batch size."""
+    tokenizer = NDRTokenizerFast.from_pretrained(run_dir)
+    model = NDRForSequenceClassification.from_pretrained(run_dir)
+    raw = modeling_ndr.load_task("ctl", direction="forward", seed=0, n_train=256, n_eval=N_EVAL)
+    data = encode(raw, tokenizer, model.config.label2id)
+    args = TrainingArguments(
+        output_dir=str(run_dir / "single"), per_device_eval_batch_size=8, report_to="none",
+        label_names=["labels", "depth"], use_cpu=device == "cpu",
+    )  # fmt: skip
+    trainer = NDRTrainer(model=model, args=args, data_collator=DataCollatorWithPadding(tokenizer),
+                         compute_metrics=metrics_function(load_depth_accuracy()))  # fmt: skip
+    return trainer.evaluate(data[split], metric_key_prefix=split)
+
+
+def assert_every_eval_sample_counted_once(run_dir: Path, device: str) -> None:
+    """The run's evaluation (`<split>_results.json`, written by the main process from the gathered predictions) scored
+    each sample exactly once: the counts are the split's, and accuracy and accuracy per depth are what one process
+    computes on the same model."""
+    raw = modeling_ndr.load_task("ctl", direction="forward", seed=0, n_train=256, n_eval=N_EVAL)
+    for split in SPLITS:
+        saved = json.loads((run_dir / f"{split}_results.json").read_text())
+        depths = raw[split]["depth"]
+        expected_counts = {f"{split}_count_depth_{d}": depths.count(d) for d in set(depths)}
+        assert saved[f"{split}_count"] == N_EVAL, f"{split}: {saved[f'{split}_count']} samples scored, not {N_EVAL}"
+        assert {k: v for k, v in saved.items() if "_count_depth_" in k} == expected_counts, split
+        single = single_process_evaluation(run_dir, split, device)
+        for key, value in saved.items():
+            if "accuracy" in key or "_count" in key:
+                assert single[key] == value, f"{key}: {value} from the processes, {single[key]} from one"
+
+
+# ----------------------------------------------------------------------------------------------- CPU (the twins)
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3, 4, 8])
+def test_total_batch_size_sets_the_per_device_batch_from_the_processes(processes):
+    if 512 % processes:
+        with pytest.raises(UsageError, match="does not divide into 3 process"):
+            per_device_batch_size(512, processes)
+        return
+    assert per_device_batch_size(512, processes) * processes == 512
+    assert per_device_batch_size(512, processes, accumulation_steps=2) * processes * 2 == 512
+
+
+def test_total_batch_size_gives_way_to_a_per_device_batch_on_the_command_line():
+    class Args:
+        world_size, gradient_accumulation_steps, per_device_train_batch_size = 4, 2, 8
+
+    args = Args()
+    apply_total_batch_size(args, 512, given=set())
+    assert args.per_device_train_batch_size == 64, "512 = 64 per device x 2 accumulation steps x 4 processes"
+    args.per_device_train_batch_size = 8
+    apply_total_batch_size(args, 512, given={"per_device_train_batch_size"})
+    assert args.per_device_train_batch_size == 8, "a per-device batch on the command line wins over a preset's total"
+    with pytest.raises(UsageError, match="not both"):
+        apply_total_batch_size(args, 512, given={"per_device_train_batch_size", "total_batch_size"})
+
+
+@pytest.mark.parametrize(
+    "cuda, bf16, precision, expected",
+    [
+        (False, False, "auto", {"bf16": False, "fp16": False}),
+        (True, True, "auto", {"bf16": True, "fp16": False, "tf32": True}),
+        (True, False, "auto", {"bf16": False, "fp16": False, "tf32": True}),  # a GPU without bf16 trains in fp32
+        (True, False, "fp16", {"bf16": False, "fp16": True, "tf32": True}),
+        (False, False, "bf16", {"bf16": True, "fp16": False}),
+    ],
+)
+def test_precision_auto_is_bf16_only_where_the_gpu_has_it(cuda, bf16, precision, expected, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16)
+    monkeypatch.setattr("modeling_ndr.training.devices._tf32_available", lambda: cuda)
+    assert precision_defaults(precision, use_cpu=False, given=set()) == expected
+    assert precision_defaults(precision, use_cpu=False, given={"fp16"}) == {}, "--bf16/--fp16 given win"
+    if cuda:
+        assert precision_defaults("auto", use_cpu=True, given=set()) == {"bf16": False, "fp16": False}
+    with pytest.raises(UsageError, match="--precision 'half'"):
+        precision_defaults("half", use_cpu=False, given=set())
+
+
+def test_two_cpu_processes_train_with_the_total_batch_and_count_every_eval_sample_once(tmp_path):
+    """The CPU twin of the multi-GPU test: two gloo processes, `--total_batch_size 32` (16 per process), evaluation
+    splits of 37 samples in batches of 8 per process."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541"]
+    result = run(torchrun + [str(TRAIN)] + SHORT + ["--use_cpu", "--output_dir", str(tmp_path / "run")])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "processes: 2, total train batch size: 32 (16 per device x 1 accumulation steps)" in result.stderr
+    assert_every_eval_sample_counted_once(tmp_path / "run", "cpu")
+
+
+# ---------------------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (make test-gpu on a GPU machine)")
+def test_a_short_bf16_run_on_one_gpu(tmp_path):
+    result = run([sys.executable, str(TRAIN)] + SHORT + ["--precision", "bf16", "--output_dir", str(tmp_path / "run")],
+                 env={"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "processes: 1, total train batch size: 32 (32 per device" in result.stderr
+    assert "bf16 autocast" in result.stderr, "bf16 autocast was asked for"
+    run_config = json.loads((tmp_path / "run" / "run_config.json").read_text())
+    assert torch.cuda.get_device_name() in run_config["machine"], "the record names the GPU"
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    assert len(losses) == 4 and all(loss == loss and loss < 10 for loss in losses), losses  # finite, sane
+    weights = NDRForSequenceClassification.from_pretrained(tmp_path / "run")
+    assert all(p.dtype == torch.float32 for p in weights.parameters()), "autocast keeps float32 master weights"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 or more CUDA GPUs")
+def test_accelerate_multi_gpu_config_counts_every_eval_sample_once(tmp_path):
+    processes = torch.cuda.device_count()
+    launch = [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch", "--config_file",
+              str(REPO / "configuration" / "accelerate" / "multi_gpu.yaml"), "--num_processes", str(processes),
+              "--main_process_port", "29543"]  # fmt: skip
+    result = run(launch + [str(TRAIN)] + SHORT + ["--precision", "auto", "--output_dir", str(tmp_path / "run")])
+    assert result.returncode == 0, result.stderr[-3000:]
+    per_device = 32 // processes if 32 % processes == 0 else None
+    if per_device:
+        assert f"processes: {processes}, total train batch size: 32 ({per_device} per device" in result.stderr
+    assert_every_eval_sample_counted_once(tmp_path / "run", "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (make test-gpu on a GPU machine)")
+def test_time_box_stops_with_a_checkpoint_and_resumes_on_a_gpu(tmp_path):
+    """The stop and the resume on CUDA: exit 75 at the step asked for, then the rest. CUDA kernels need not be
+    bitwise deterministic (atomic adds), so the weights are compared with a tolerance."""
+    args = SHORT + ["--max_steps", "12", "--precision", "bf16"]
+    whole = run([sys.executable, str(TRAIN)] + args + ["--output_dir", str(tmp_path / "whole")])
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    chunked = ["--output_dir", str(tmp_path / "chunks"), "--resume_from_checkpoint", "auto"]
+    first = run([sys.executable, str(TRAIN)] + args + chunked + ["--max_chunk_steps", "5"])
+    assert first.returncode == EXIT_STOPPED, first.stderr[-3000:]
+    assert (tmp_path / "chunks" / "checkpoint-5").is_dir()
+    second = run([sys.executable, str(TRAIN)] + args + chunked)
+    assert second.returncode == 0, second.stderr[-3000:]
+    try:
+        assert_same_weights(tmp_path / "whole" / "checkpoint-12" / "model.safetensors",
+                            tmp_path / "chunks" / "checkpoint-12" / "model.safetensors", "on CUDA")  # fmt: skip
+    except AssertionError:
+        from safetensors.torch import load_file
+
+        a = load_file(str(tmp_path / "whole" / "checkpoint-12" / "model.safetensors"))
+        b = load_file(str(tmp_path / "chunks" / "checkpoint-12" / "model.safetensors"))
+        worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+        assert worst < 1e-3, f"chunked and uninterrupted weights differ by up to {worst} on CUDA"
