@@ -63,17 +63,33 @@ def read_preset(name: str, known: set[str] | None = None, _children: tuple[str, 
     path = preset_path(name)
     if path in _children:
         raise UsageError(f"--preset {path}: its `base` chain loops back to it")
-    try:
-        with open(path) as f:
-            values = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise UsageError(f"--preset {path}: cannot read it ({first_line(error)})") from None
-    if not isinstance(values, dict):
-        raise UsageError(f"--preset {path}: expected a mapping of flag names to values, got {type(values).__name__}")
+    values = read_mapping("--preset", path, "flag names to values")
     if "base" in values:
         values = {**read_preset(values.pop("base"), None, _children + (path,)), **values}
     if known is not None and (unknown := sorted(set(values) - known)):
         raise UsageError(f"preset {name!r} has unknown fields {unknown}; use the names of train.py's flags")
+    return values
+
+
+def read_mapping(flag: str, path: str, what: str) -> dict:
+    """A YAML (or JSON) file holding a mapping.
+
+    Args:
+        flag: the flag that named the file (for the error message).
+        path: the file.
+        what: what the mapping maps, for the error message (`flag names to values`).
+
+    Returns:
+        The mapping (empty for an empty file); a one-line `UsageError` naming the file if it cannot be read or holds
+        something else.
+    """
+    try:
+        with open(path) as f:
+            values = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise UsageError(f"{flag} {path}: cannot read it ({first_line(error)})") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"{flag} {path}: expected a mapping of {what}, got {type(values).__name__}")
     return values
 
 
@@ -120,15 +136,9 @@ def read_variant(name: str | None) -> dict:
     if not os.path.isfile(path):
         available = sorted(os.path.splitext(f)[0] for f in os.listdir(VARIANT_DIR) if f.endswith(".yaml"))
         raise UsageError(f"--variant {name!r} not found; available variants: {available}")
-    try:
-        with open(path) as f:
-            values = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise UsageError(f"--variant {path}: cannot read it ({first_line(error)})") from None
-    if not isinstance(values, dict) or (unknown := sorted(set(values) - config_field_names())):
-        raise UsageError(
-            f"--variant {path}: expected NDRConfig fields, got {values if not isinstance(values, dict) else unknown}"
-        )
+    values = read_mapping("--variant", path, "NDRConfig fields to values")
+    if unknown := sorted(set(values) - config_field_names()):
+        raise UsageError(f"--variant {path}: expected NDRConfig fields, got {unknown}")
     return values
 
 
