@@ -13,7 +13,7 @@ NPROC ?= 2
 DEMO_ARGS ?=
 
 .PHONY: help compare release push-release setup demo demo-backward demo-backward-long demo-forward-long \
-	demo-backward-bos demo-backward-first example-finetune test test-slow lint format bench datasets clean \
+	demo-backward-bos demo-backward-first example-finetune test test-slow test-gpu lint format bench datasets clean \
 	docs docs-serve space screenshot
 
 setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
@@ -85,6 +85,9 @@ format: $(STAMP) ## ruff format, then ruff check --fix (what lint checks, fixed 
 
 test-slow: $(STAMP) ## the opt-in long tests (-m slow)
 	$(BIN)/python -m pytest -q -m slow
+
+test-gpu: $(STAMP) ## the CUDA tests (-m gpu; skipped without a GPU, NDR_TEST_DEVICE=cpu runs tests/test_gpu.py on the CPU)
+	$(BIN)/python -m pytest -q -m gpu
 
 bench: $(STAMP) ## the benchmarks (benchmarks/run_all.py)
 	$(BIN)/python benchmarks/run_all.py
