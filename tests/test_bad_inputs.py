@@ -230,7 +230,7 @@ def test_train_names_an_unreadable_checkpoint_file(tmp_path):
     (checkpoint / "trainer_state.json").write_text("{}")
     (checkpoint / "model.safetensors").write_bytes(b"garbage")
     train = load_train()
-    with pytest.raises(training.UsageError, match="checkpoint-5: cannot read it"):
+    with pytest.raises(training.UsageError, match="checkpoint-5: model.safetensors cannot be read"):
         train.main(["--preset", "ctl_cpu", "--resume_from_checkpoint", str(checkpoint), "--output_dir", str(tmp_path)])
 
 

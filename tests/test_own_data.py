@@ -329,10 +329,10 @@ def bad_files(tmp_path, lookup_data):
         (["--text_column", "sentence"], r"train.jsonl: no column 'sentence' \(--text_column\); its columns are"),
         (["--validation_file", "{bad}/empty.jsonl"], "empty.jsonl: the file is empty"),
         (["--validation_file", "{bad}/header.csv"], "header.csv: the file holds no rows"),
-        (["--validation_file", "{bad}/broken.jsonl"], "broken.jsonl: cannot read it as json"),
+        (["--validation_file", "{bad}/broken.jsonl"], "broken.jsonl line 2, column 10: malformed JSON"),
         (["--validation_file", "{bad}/missing.jsonl"], "missing.jsonl: no such file"),
         (["--validation_file", "{bad}/notes.txt"], "notes.txt: unknown file type '.txt'"),
-        (["--validation_file", "{bad}/holes.jsonl"], "holes.jsonl: row 1 has no text"),
+        (["--validation_file", "{bad}/holes.jsonl"], "holes.jsonl line 2: column 'text' is null"),
         (["--eval_files", "odd={bad}/unseen.jsonl", "--depth_column", "depth"], r"labels \['999'\] never occur"),
         (["--depth_column", "level"], "no column 'level' \\(--depth_column\\)"),
         (

@@ -4,6 +4,7 @@ it, interrupted exports and builds, half-written checkpoints, and a user's broke
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -246,3 +247,361 @@ def test_a_busy_folder_is_refused_without_waiting(tmp_path):
         with pytest.raises(UsageError):
             locking.OutputDirLock(str(tmp_path)).acquire()
         assert time.perf_counter() - start < 1.0, "a busy folder is refused without waiting"
+
+
+# ------------------------------------------------------------------------------------------- a user's data files
+
+ROWS = [
+    {"text": "1 2 3", "label": "a", "depth": 1},
+    {"text": "4 5", "label": "b", "depth": 2},
+    {"text": "6 7 8 9", "label": "a", "depth": 3},
+]
+
+
+def jsonl(rows) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+def prepare(train_file: Path, depth: bool = True, **flags):
+    """What train.py does with `--train_file` (and evaluation files): read, check, and name the labels."""
+    from modeling_ndr.training import DataArguments, prepare_own_data
+
+    flags.setdefault("depth_column", "depth" if depth else None)
+    return prepare_own_data(DataArguments(train_file=str(train_file), **flags))
+
+
+def refused(path: Path, content, message: str, **flags) -> str:
+    """Write `content` (text or bytes) to `path`, check that preparing it as the training file fails in one line
+    matching `message` after the file's name, and return the message."""
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(UsageError) as error:
+        prepare(path, **flags)
+    text = str(error.value)
+    assert "\n" not in text, f"one line: {text}"
+    assert text.startswith(f"--train_file {path}"), f"the file is named first: {text}"
+    assert re.search(message, text), f"{message!r} not in {text!r}"
+    return text
+
+
+def test_malformed_json_names_its_line_and_column(tmp_path):
+    content = jsonl(ROWS[:2]) + '{"text": "6", "label": "a" "depth": 3}\n'
+    refused(tmp_path / "t.jsonl", content, r"jsonl line 3, column 28: malformed JSON \(Expecting ',' delimiter\)$")
+
+
+def test_a_json_array_file_that_does_not_parse_names_its_line(tmp_path):
+    content = json.dumps(ROWS, indent=1)[:-3] + ",,]"
+    refused(tmp_path / "t.json", content, r"json line \d+, column \d+: malformed JSON")
+
+
+def test_a_json_line_that_is_not_an_object_is_named(tmp_path):
+    refused(tmp_path / "t.jsonl", jsonl(ROWS) + '["6", "a"]\n', r"line 4: expected a JSON object per line")
+
+
+def test_bytes_that_are_not_utf8_are_named_with_their_line(tmp_path):
+    bad = jsonl(ROWS[:1]).encode() + b'{"text": "4 \xff 5", "label": "b", "depth": 2}\n' + jsonl(ROWS[2:]).encode()
+    refused(tmp_path / "t.jsonl", bad, r"jsonl line 2: column 'text' holds bytes that are not UTF-8")
+    bad_csv = b"text,label,depth\n1 2,a,1\n4 \xff 5,b,2\n6,a,3\n"
+    refused(tmp_path / "t.csv", bad_csv, r"csv line 3: bytes that are not UTF-8 \(0xff at byte 3 of the line\)")
+
+
+def test_a_non_utf8_file_is_one_line_with_exit_status_2_from_train_py(tmp_path):
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(jsonl(ROWS).encode() + '{"text": "caf\u00e9 1", "label": "a", "depth": 1}\n'.encode("latin-1"))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "training" / "train.py"), "--train_file", str(bad), "--depth_column", "depth",
+         "--output_dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "UnicodeDecodeError" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"train.py: error: --train_file {bad} line 4: column 'text' holds bytes that are not UTF-8; expected UTF-8 "
+        "text (save the file as UTF-8)"
+    )
+    assert not (tmp_path / "run").exists(), "nothing was written"
+
+
+TWO = jsonl(ROWS[:2])  # two good lines before the one that is not
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("key.jsonl", TWO + '{"label": "b", "depth": 2}\n', r"line 3: column 'text' is missing \(no such key"),
+        ("null.jsonl", TWO + '{"text": "6", "label": null, "depth": 3}\n', r"line 3: column 'label' is null"),
+        ("short.csv", "text,label,depth\n1 2,a,1\n4 5\n6,b,3\n", r"line 3: column 'label' is empty \(an empty or"),
+        ("field.csv", "text,label,depth\n1 2,a,1\n4 5,b,\n6,b,3\n", r"line 3: column 'depth' is empty"),
+        ("blank.jsonl", TWO + '{"text": "  ", "label": "b", "depth": 2}\n', r"line 3: column 'text' holds an empty"),
+    ],
+)
+def test_missing_and_null_values_name_the_line_and_the_column(tmp_path, name, content, message):
+    refused(tmp_path / name, content, message)
+
+
+def test_a_missing_column_lists_the_columns_there_are(tmp_path):
+    (tmp_path / "t.jsonl").write_text(jsonl(ROWS))
+    with pytest.raises(UsageError, match=r"t.jsonl: no column 'level' \(--depth_column\); its columns are \['text'"):
+        prepare(tmp_path / "t.jsonl", depth_column="level")
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        (
+            "str.jsonl",
+            TWO + '{"text": "6", "label": "a", "depth": "three"}\n',
+            "line 3: column 'depth' holds \"three\";",
+        ),
+        ("float.jsonl", TWO + '{"text": "6", "label": "a", "depth": 2.5}\n', "line 3: column 'depth' holds 2.5;"),
+        ("str.csv", "text,label,depth\n1 2,a,1\n4 5,b,two\n", "line 3: column 'depth' holds 'two';"),
+        ("bool.jsonl", TWO + '{"text": "6", "label": "a", "depth": true}\n', "line 3: column 'depth' holds true;"),
+    ],
+)
+def test_a_depth_that_is_not_an_integer_names_its_line_and_value(tmp_path, name, content, message):
+    refused(tmp_path / name, content, re.escape(message + " expected an integer"))
+
+
+def test_whole_numbers_written_as_floats_or_text_are_integer_depths(tmp_path):
+    (tmp_path / "t.jsonl").write_text(jsonl(ROWS[:2]) + '{"text": "6", "label": "a", "depth": 3.0}\n')
+    data, _, _ = prepare(tmp_path / "t.jsonl")
+    assert data["train"]["depth"] == [1, 2, 3] and data["train"].features["depth"].dtype == "int64"
+
+
+@pytest.mark.parametrize(
+    "content, shown",
+    [
+        (TWO + '{"text": "6", "label": 1.5, "depth": 3}\n', "1.5"),  # with names: a JSON column
+        ('{"text": "6", "label": 1, "depth": 3}\n{"text": "7", "label": 1.5, "depth": 3}\n', "1.5"),  # numbers
+        ('{"text": "6", "label": [0, 1], "depth": 3}\n{"text": "7", "label": [1], "depth": 3}\n', "[0, 1]"),
+    ],
+)
+def test_labels_that_are_not_one_class_are_refused_naming_single_label_classification(tmp_path, content, shown):
+    message = refused(tmp_path / "t.jsonl", content, re.escape(f": column 'label' holds {shown}; expected one class"))
+    assert "train.py trains single-label classification" in message
+
+
+def test_whole_number_labels_are_classes_however_they_are_written(tmp_path):
+    (tmp_path / "t.jsonl").write_text(
+        '{"text": "6", "label": 1.0}\n{"text": "7", "label": 10}\n{"text": "8", "label": 2}\n'
+    )
+    _, _, label_names = prepare(tmp_path / "t.jsonl", depth=False)
+    assert label_names == ["1", "2", "10"], "1.0 is class 1, and numbers sort as numbers"
+
+
+def test_a_label_seen_only_in_an_evaluation_file_names_the_file_and_line(tmp_path):
+    (tmp_path / "train.jsonl").write_text(jsonl(ROWS))
+    (tmp_path / "eval.jsonl").write_text(jsonl(ROWS) + jsonl([{"text": "1", "label": "c", "depth": 1}]))
+    with pytest.raises(UsageError, match=re.escape(
+        f"--validation_file {tmp_path / 'eval.jsonl'}: labels ['c'] never occur in the training data (the first at "
+        "line 4), whose labels are ['a', 'b']"
+    )):  # fmt: skip
+        prepare(tmp_path / "train.jsonl", validation_file=str(tmp_path / "eval.jsonl"))
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("empty.jsonl", "", ": the file is empty"),
+        ("header.csv", "text,label,depth\n", ": the file holds no rows"),
+        ("blank.jsonl", "\n\n\r\n", ": the file holds no rows"),
+        ("array.json", "[]", ": the file holds no rows"),
+    ],
+)
+def test_an_empty_split_is_refused(tmp_path, name, content, message):
+    refused(tmp_path / name, content, re.escape(message))
+
+
+def test_an_empty_dataset_split_is_refused():
+    import datasets
+
+    from modeling_ndr.training import DataArguments, standard_columns
+
+    empty = datasets.Dataset.from_dict({"text": [], "label": []})
+    with pytest.raises(UsageError, match="split 'test' of --dataset_name d: the split is empty"):
+        standard_columns(empty, "split 'test' of --dataset_name d", DataArguments())
+
+
+def test_a_class_label_of_minus_one_is_a_split_without_answers(tmp_path):
+    import datasets
+
+    from modeling_ndr.training import DataArguments, standard_columns
+
+    features = datasets.Features(text=datasets.Value("string"), label=datasets.ClassLabel(names=["no", "yes"]))
+    split = datasets.Dataset.from_dict({"text": ["a b", "b a"], "label": [1, -1]}, features=features)
+    with pytest.raises(
+        UsageError, match=r"split 'test' of --dataset_name glue row 1: column 'label' holds -1 \(no class"
+    ):
+        standard_columns(split, "split 'test' of --dataset_name glue", DataArguments())
+
+
+def test_parquet_rows_are_named_by_their_index(tmp_path):
+    import datasets
+
+    rows = ROWS[:2] + [{"text": "6", "label": None, "depth": 3}]
+    datasets.Dataset.from_list(rows).to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(UsageError, match=r"t.parquet row 2: column 'label' has no value"):
+        prepare(tmp_path / "t.parquet")
+
+
+def test_a_value_of_another_type_after_the_reader_s_first_block_is_found(tmp_path):
+    # the csv reader fixes column types on its first 10,000 rows; a later odd value used to stop it with a cast error
+    lines = [f"{i % 7} {i % 5},{'ab'[i % 2]},{i % 4}" for i in range(12_000)]
+    (tmp_path / "t.csv").write_text("text,label,depth\n" + "\n".join(lines) + "\n9 9,a,x\n")
+    refused(tmp_path / "t.csv", (tmp_path / "t.csv").read_bytes(), re.escape("line 12002: column 'depth' holds 'x'"))
+
+
+def test_harmless_variants_read_as_the_plain_file(tmp_path):
+    (tmp_path / "plain.jsonl").write_text(jsonl(ROWS))
+    plain, _, plain_labels = prepare(tmp_path / "plain.jsonl")
+    crlf_bom_blank = b"\xef\xbb\xbf" + jsonl(ROWS).replace("\n", "\r\n").encode() + b"\r\n\n  \n"
+    extra_columns = jsonl([{**row, "notes": {"free": ["form"]}, "id": i} for i, row in enumerate(ROWS)])
+    csv_text = "\ufeffid,text,label,depth,notes\r\n" + "".join(
+        f'{i},{row["text"]},{row["label"]},{row["depth"]},"a, b"\r\n' for i, row in enumerate(ROWS)
+    ) + "\r\n\r\n"  # fmt: skip
+    for name, content in [("bom.jsonl", crlf_bom_blank), ("extra.jsonl", extra_columns), ("all.csv", csv_text)]:
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        data, _, labels = prepare(path)
+        assert data["train"].to_list() == plain["train"].to_list() and labels == plain_labels, name
+
+
+def test_words_pandas_would_read_as_missing_stay_text_in_a_csv(tmp_path):
+    (tmp_path / "t.csv").write_text("text,label\nNA 1,None\nnull 2,NA\nnan 3,None\n")
+    data, _, labels = prepare(tmp_path / "t.csv", depth=False)
+    assert data["train"]["text"] == ["NA 1", "null 2", "nan 3"] and labels == ["NA", "None"]
+
+
+def test_texts_longer_than_model_max_length_are_kept_whole_and_said(tmp_path, caplog):
+    from modeling_ndr import build_tokenizer
+    from modeling_ndr.training import encode
+
+    rows = ROWS + [{"text": " ".join(["7"] * 600), "label": "b", "depth": 4}]
+    (tmp_path / "t.jsonl").write_text(jsonl(rows))
+    data, sources, label_names = prepare(tmp_path / "t.jsonl")
+    tokenizer = build_tokenizer(texts=data["train"]["text"])
+    with caplog.at_level(logging.WARNING):
+        encoded = encode(data, tokenizer, {name: i for i, name in enumerate(label_names)}, sources)
+    assert len(encoded["train"][3]["input_ids"]) == 602, "not truncated: the answer may depend on every token"
+    assert (
+        f"--train_file {tmp_path / 't.jsonl'}: 1 texts are longer than the tokenizer's model_max_length of 512 tokens "
+        "([BOS] and [EOS] included; the longest has 602, the first is at line 4)"
+    ) in caplog.text
+    assert "indexing errors" not in caplog.text, "transformers' warning (wrong for this model) is not shown"
+
+
+# ---------------------------------------------------------------------------------------- half-written checkpoints
+
+TINY_RUN = [
+    "--hidden_size", "16", "--intermediate_size", "16", "--num_attention_heads", "1", "--num_hidden_layers", "2",
+    "--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "--eval_strategy", "no", "--save_steps", "2",
+    "--use_cpu", "true", "--disable_tqdm", "true", "--report_to", "none", "--seed", "1",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def train_script():
+    from scripts import load_script
+
+    return load_script("training/train.py", "ndr_train_reliability")
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(train_script, tmp_path_factory):
+    """A real tiny run of 4 steps with checkpoints at steps 2 and 4."""
+    folder = tmp_path_factory.mktemp("checkpoints")
+    rows = [{"text": f"{a} {b}", "label": str((a + b) % 2)} for a in range(4) for b in range(4)]
+    (folder / "train.jsonl").write_text(jsonl(rows))
+    argv = ["--train_file", str(folder / "train.jsonl"), "--max_steps", "4", "--output_dir", str(folder / "run")]
+    train_script.main(argv + TINY_RUN)
+    return folder
+
+
+@pytest.fixture
+def run_copy(checkpointed_run, tmp_path):
+    """A copy of the tiny run to break."""
+    import shutil
+
+    shutil.copytree(checkpointed_run / "run", tmp_path / "run")
+    return tmp_path / "run"
+
+
+def half_write(checkpoint: Path, how: str) -> None:
+    """What a crash while `Trainer._save_checkpoint` writes leaves (it writes trainer_state.json last)."""
+    if how == "weights removed":
+        (checkpoint / "model.safetensors").unlink()
+    elif how == "weights truncated":
+        data = (checkpoint / "model.safetensors").read_bytes()
+        (checkpoint / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif how == "optimizer truncated":
+        data = (checkpoint / "optimizer.pt").read_bytes()
+        (checkpoint / "optimizer.pt").write_bytes(data[: len(data) // 3])
+    elif how == "no scheduler, no state":
+        (checkpoint / "scheduler.pt").unlink()
+        (checkpoint / "trainer_state.json").unlink()
+
+
+HALF_WRITTEN = {
+    "weights removed": "model.safetensors is missing",
+    "weights truncated": "model.safetensors cannot be read",
+    "optimizer truncated": "optimizer.pt cannot be read",
+    "no scheduler, no state": "trainer_state.json is missing",
+}
+
+
+def test_a_real_checkpoint_is_complete(checkpointed_run):
+    from modeling_ndr.training.checkpoints import checkpoint_problem
+
+    for step in (2, 4):
+        assert checkpoint_problem(str(checkpointed_run / "run" / f"checkpoint-{step}")) is None
+
+
+@pytest.mark.parametrize("how", HALF_WRITTEN)
+def test_resume_auto_skips_a_half_written_checkpoint_naming_it(run_copy, how, caplog):
+    from modeling_ndr.training import check_resume
+
+    half_write(run_copy / "checkpoint-4", how)
+    with caplog.at_level(logging.WARNING):
+        assert check_resume("auto", str(run_copy)) == str(run_copy / "checkpoint-2")
+    assert f"skipping {run_copy / 'checkpoint-4'}, an incomplete checkpoint ({HALF_WRITTEN[how]}" in caplog.text
+
+
+@pytest.mark.parametrize("how", HALF_WRITTEN)
+def test_an_explicit_half_written_checkpoint_is_a_one_line_error(run_copy, how):
+    from modeling_ndr.training import check_resume
+
+    half_write(run_copy / "checkpoint-4", how)
+    with pytest.raises(UsageError) as error:
+        check_resume(str(run_copy / "checkpoint-4"), str(run_copy))
+    assert str(error.value).startswith(f"--resume_from_checkpoint {run_copy / 'checkpoint-4'}: {HALF_WRITTEN[how]}")
+    assert "\n" not in str(error.value)
+
+
+def test_resume_auto_starts_afresh_when_no_checkpoint_is_complete(run_copy, caplog):
+    from modeling_ndr.training import check_resume
+
+    half_write(run_copy / "checkpoint-4", "weights removed")
+    half_write(run_copy / "checkpoint-2", "optimizer truncated")
+    with caplog.at_level(logging.WARNING):
+        assert check_resume("auto", str(run_copy)) is None
+    assert "checkpoint-4" in caplog.text and "checkpoint-2" in caplog.text, "both are named"
+
+
+def test_a_run_resumed_past_a_half_written_checkpoint_trains_on_from_the_last_complete_one(
+    train_script, checkpointed_run, run_copy, caplog
+):
+    half_write(run_copy / "checkpoint-4", "weights truncated")
+    argv = ["--train_file", str(checkpointed_run / "train.jsonl"), "--max_steps", "6", "--output_dir", str(run_copy)]
+    with caplog.at_level(logging.INFO):
+        train_script.main(argv + TINY_RUN + ["--resume_from_checkpoint", "auto"])
+    assert f"resuming from {run_copy / 'checkpoint-2'}" in caplog.text
+    state = json.loads((run_copy / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    from modeling_ndr.training.checkpoints import checkpoint_problem
+
+    assert checkpoint_problem(str(run_copy / "checkpoint-4")) is None, "step 4 was trained and saved again, whole"
+
+
+def test_problem_types_train_py_does_not_train_are_refused_before_training(train_script, checkpointed_run, tmp_path):
+    argv = ["--train_file", str(checkpointed_run / "train.jsonl"), "--max_steps", "1", "--output_dir", str(tmp_path)]
+    with pytest.raises(UsageError, match="--config_overrides problem_type='regression': train.py trains single-label"):
+        train_script.main(argv + TINY_RUN + ["--config_overrides", "problem_type=regression"])

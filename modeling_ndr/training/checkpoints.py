@@ -5,17 +5,19 @@ for a different label set), and the checkpoint a run resumes from. Every problem
 import json
 import logging
 import os
+import re
+import zipfile
 
 from safetensors import safe_open
 from transformers import AutoConfig
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .. import tasks
 from ..configuration_ndr import NDRConfig
 from ..modeling_ndr import NDRForSequenceClassification
 from ..tokenization_ndr import NDRTokenizerFast, build_tokenizer, extend_tokenizer
 from .arguments import DataArguments, ModelArguments
-from .errors import UsageError
+from .errors import UsageError, first_line
 from .presets import config_values
 
 
@@ -55,38 +57,116 @@ def resolve_checkpoint(path: str) -> str:
     return path
 
 
-def check_resume(resume: str | None, output_dir: str) -> str | None:
-    """The checkpoint folder to resume from, after checking that its files can be read.
+# What `Trainer._save_checkpoint` writes into checkpoint-N/, in this order: the model (config, weights, tokenizer,
+# training_args.bin), the optimizer and scheduler states, the RNG states, and trainer_state.json last. A crash while
+# saving leaves the folder without some of them, or with a file cut short.
+OPTIMIZER_STATES = ("optimizer.pt", "scheduler.pt")
+
+
+def checkpoint_problem(folder: str, optimizer_states: bool = True) -> str | None:
+    """What keeps `folder` from being a complete Trainer checkpoint, or None if it is one.
+
+    Complete means: `trainer_state.json` parses, `model.safetensors` opens and its size covers every tensor it
+    lists, and (with `optimizer_states`) `optimizer.pt` and `scheduler.pt` are whole zip archives, as `torch.save`
+    writes them. Reading the headers is enough; no tensor is loaded.
+
+    Args:
+        folder: a `checkpoint-N` folder.
+        optimizer_states: whether the optimizer and scheduler states must be there (False for runs that save only
+            the model, or whose states DeepSpeed or FSDP write in their own layout).
+
+    Returns:
+        A short reason (`model.safetensors is missing`, `trainer_state.json cannot be read (...)`), or None.
+    """
+    for name in ("trainer_state.json", "model.safetensors"):
+        if not os.path.isfile(os.path.join(folder, name)):
+            return f"{name} is missing"
+    try:
+        with open(os.path.join(folder, "trainer_state.json")) as f:
+            json.load(f)
+    except (OSError, ValueError) as error:
+        return f"trainer_state.json cannot be read ({first_line(error)})"
+    try:
+        with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
+            list(f.keys())  # safetensors checks that the file covers every tensor its header lists
+    except Exception as error:  # noqa: BLE001 - safetensors' own error type, or an OSError
+        return f"model.safetensors cannot be read ({first_line(error)})"
+    for name in OPTIMIZER_STATES if optimizer_states else ():
+        if not os.path.isfile(os.path.join(folder, name)):
+            return f"{name} is missing"
+        try:
+            zipfile.ZipFile(os.path.join(folder, name)).close()  # a file cut short has no zip directory at its end
+        except (OSError, zipfile.BadZipFile) as error:
+            return f"{name} cannot be read ({first_line(error)})"
+    return None
+
+
+def check_resume(resume: str | None, output_dir: str, optimizer_states: bool = True) -> str | None:
+    """The checkpoint folder to resume from, after checking that it is complete.
 
     Args:
         resume: `--resume_from_checkpoint`: None or `false` (start afresh), a checkpoint folder, or one of
-            `RESUME_LATEST` (`auto`, `latest`, `last`, `true`: the latest checkpoint in `output_dir`, if any).
+            `RESUME_LATEST` (`auto`, `latest`, `last`, `true`: the newest complete checkpoint in `output_dir`, if
+            any; newer incomplete ones, left by a crash while saving, are skipped with a warning naming them).
         output_dir: the run's output folder.
+        optimizer_states: whether a checkpoint must hold the optimizer and scheduler states (`checkpoint_problem`).
 
     Returns:
-        The checkpoint folder for `Trainer.train(resume_from_checkpoint=...)`, or None to start afresh.
+        The checkpoint folder for `Trainer.train(resume_from_checkpoint=...)`, or None to start afresh; a one-line
+        `UsageError` if a folder named on the command line is not a complete checkpoint.
     """
     if resume is None or resume in ("false", "False", ""):
         return None
     if resume in RESUME_LATEST:
-        resume = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
-        logger.info("resuming from %s", resume or "scratch (no checkpoint found)")
-        if resume is None:
-            return None
+        return latest_complete_checkpoint(output_dir, optimizer_states)
     if not os.path.isdir(resume):
         raise UsageError(f"--resume_from_checkpoint {resume}: no such checkpoint folder")
-    for name in ("trainer_state.json", "model.safetensors"):
-        path = os.path.join(resume, name)
-        if not os.path.isfile(path):
-            raise UsageError(f"--resume_from_checkpoint {resume}: {name} is missing (not a Trainer checkpoint)")
-    try:
-        with open(os.path.join(resume, "trainer_state.json")) as f:
-            json.load(f)
-        with safe_open(os.path.join(resume, "model.safetensors"), "pt") as f:
-            list(f.keys())
-    except Exception as error:  # noqa: BLE001 - any unreadable file is reported the same way
-        raise UsageError(f"--resume_from_checkpoint {resume}: cannot read it ({str(error).splitlines()[0]})") from None
+    if problem := checkpoint_problem(resume, optimizer_states):
+        raise UsageError(f"--resume_from_checkpoint {resume}: {problem} (not a complete Trainer checkpoint)")
     return resume
+
+
+def latest_complete_checkpoint(output_dir: str, optimizer_states: bool = True) -> str | None:
+    """The newest complete `checkpoint-N` folder of `output_dir` (highest N), or None if there is none.
+
+    Args:
+        output_dir: the run's output folder.
+        optimizer_states: whether a checkpoint must hold the optimizer and scheduler states.
+
+    Returns:
+        The folder; each newer incomplete one is named in a warning (a crash while saving leaves one behind).
+    """
+    steps = {}
+    if os.path.isdir(output_dir):
+        for name in os.listdir(output_dir):
+            match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name)
+            if match and os.path.isdir(os.path.join(output_dir, name)):
+                steps[int(match[1])] = os.path.join(output_dir, name)
+    for step in sorted(steps, reverse=True):
+        if (problem := checkpoint_problem(steps[step], optimizer_states)) is None:
+            logger.info("resuming from %s", steps[step])
+            return steps[step]
+        logger.warning(
+            "--resume_from_checkpoint auto: skipping %s, an incomplete checkpoint (%s; a crash while saving?); "
+            "delete it once the run has resumed", steps[step], problem,
+        )  # fmt: skip
+    logger.info("--resume_from_checkpoint auto: no complete checkpoint in %s, starting afresh", output_dir)
+    return None
+
+
+def check_problem_type(problem_type: str | None, origin: str) -> None:
+    """Check that a run's `problem_type` is one train.py trains: single-label classification (one class per row).
+
+    Args:
+        problem_type: the NDRConfig `problem_type` the run would set or keep (None: single-label, from the labels).
+        origin: the words that say where it comes from, for the error.
+    """
+    if problem_type not in (None, "single_label_classification"):
+        raise UsageError(
+            f"{origin}={problem_type!r}: train.py trains single-label classification (one class name or integer per "
+            "row); the model computes regression and multi-label losses when called directly, but train.py's data "
+            "checks, labels and metrics are for classes"
+        )
 
 
 def label_config(label_names: list[str]) -> dict:
@@ -144,6 +224,8 @@ def adapted_checkpoint(path: str, task: str | None, values: dict, label_names: l
     checkpoint_config = AutoConfig.from_pretrained(path)
     if checkpoint_config.model_type != "ndr":
         raise UsageError(f"--model_name_or_path {path}: a {checkpoint_config.model_type!r} model, not an NDR")
+    if "problem_type" not in values:
+        check_problem_type(checkpoint_config.problem_type, f"--model_name_or_path {path}: its config's problem_type")
     checkpoint_labels = [checkpoint_config.id2label[i] for i in range(checkpoint_config.num_labels)]
     new_head = set(checkpoint_labels) != set(label_names)
     if not new_head:
@@ -235,9 +317,10 @@ def build_tokenizer_and_model(
         `(tokenizer, model)`.
     """
     task = data_args.task if not data_args.own_data else None
+    values = config_values(model_args) if values is None else values
+    check_problem_type(values.get("problem_type"), "--config_overrides problem_type")
     if task:
         texts = [" ".join(tasks.task_vocabulary(task))]
-    values = config_values(model_args) if values is None else values
     if model_args.model_name_or_path:
         return adapted_checkpoint(model_args.model_name_or_path, task, values, label_names, texts)
     return new_model(task, values, label_names, texts)
