@@ -14,7 +14,7 @@ DEMO_ARGS ?=
 
 .PHONY: help compare release push-release setup demo demo-backward demo-backward-long demo-forward-long \
 	demo-backward-bos demo-backward-first example-finetune test test-slow test-gpu lint format bench datasets clean \
-	docs docs-serve space screenshot
+	docs docs-serve space screenshot gpu-release
 
 setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
 
@@ -101,6 +101,14 @@ datasets: $(STAMP) ## the dataset repositories in hub_cards/datasets/ (~3 min)
 # network and a token)
 release: $(STAMP) ## the released models in hub_cards/models/ (trains the runs that are missing)
 	$(BIN)/python hub_cards/make_model_repos.py --train
+# the paper-size model of one task on this machine's GPU(s): its GPU preset (configuration/*_gpu.yaml, about 40 minutes
+# of one H100) trained in resumable chunks of CHUNK_MINUTES, evaluated, written to hub_cards/models/ndr-<task>
+# (docs/clusters.md); run again, it resumes an interrupted release
+TASK ?= listops
+CHUNK_MINUTES ?= 8.5
+GPU_RELEASE_ARGS ?=
+gpu-release: $(STAMP) ## the paper-size model of TASK (ctl-forward, ctl-backward, arithmetic, listops) on this GPU
+	$(BIN)/python hub_cards/make_model_repos.py --gpu $(TASK) --chunk_minutes $(CHUNK_MINUTES) $(GPU_RELEASE_ARGS)
 ORG ?= ndr-org
 push-release: $(STAMP) ## upload the released models to ORG (needs a network and a token)
 	$(BIN)/python hub_cards/make_model_repos.py --push --org $(ORG)
