@@ -140,10 +140,19 @@ def test_model_card_parses_and_model_index_round_trips(trained_run):
     output_dir, results = trained_run
     card = ModelCard.load(output_dir / "export" / "README.md")
     assert card.data.library_name == "transformers" and card.data.license == "mit"
+    # a CTL export runs adaptive steps as loaded: the card reports what the export measured, and the export's
+    # fixed-steps numbers are the Trainer's
+    exported = json.loads((output_dir / "export" / "eval_results.json").read_text())
+    for split, values in results.items():
+        assert exported[split]["fixed_steps"]["by_depth"] == pytest.approx(values["by_depth"]), split
     reported = {r.dataset_split: r.metric_value for r in card.data.eval_results if r.metric_config is None}
-    assert reported == pytest.approx({split: values["accuracy"] for split, values in results.items()})
-    by_depth = {(r.dataset_split, r.metric_config): r.metric_value for r in card.data.eval_results if r.metric_config}
-    expected = {(split, f"depth={d}"): a for split, values in results.items() for d, a in values["by_depth"].items()}
+    assert reported == pytest.approx({split: values["accuracy"] for split, values in exported.items()})
+    by_depth = {
+        (r.dataset_split, r.metric_config): r.metric_value
+        for r in card.data.eval_results
+        if (r.metric_config or "").startswith("depth=")
+    }
+    expected = {(split, f"depth={d}"): a for split, values in exported.items() for d, a in values["by_depth"].items()}
     assert by_depth == pytest.approx(expected), "the model-index also holds the accuracy per depth"
     assert "| ood_test |" in card.text and "trust_remote_code=True" in card.text
 

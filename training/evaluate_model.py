@@ -2,6 +2,9 @@
 
     python training/evaluate_model.py outputs/ctl_forward_cpu/export --task ctl --split ood_test
     python training/evaluate_model.py outputs/ctl_forward_cpu/export --task ctl   # iid_test, ood_valid, ood_test
+    # and 1,000 new compositions each of 11 and 12 functions (split "deeper"), with 14 fixed steps instead of the
+    # adaptive steps the model's config may ask for
+    python training/evaluate_model.py outputs/ctl_forward_cpu/export --task ctl --depths 11 12 --adaptive_steps false
     python training/evaluate_model.py MODEL --file my.jsonl --depth_column depth   # csv, json/jsonl or parquet
     python training/evaluate_model.py MODEL --file ood=ood.jsonl --file deeper=deeper.csv --output_json results.json
     python training/evaluate_model.py MODEL --dataset_name org/data --split test
@@ -10,7 +13,9 @@ Labels are matched to the model's by name (`config.label2id`); a label the model
 numbers come from the package's `evaluate` metric (`modeling_ndr.metrics.DEPTH_ACCURACY`), and are those `train.py`
 reports: `{split: {"accuracy": a, "by_depth": {depth: a}}}` with `--output_json`. Models that choose their own number
 of steps (ACT halting, adaptive steps) also get `mean_steps` and `mean_steps_by_depth` per split, printed as a second
-table. Errors are one line (exit status 2).
+table. `--depths` (CTL) adds a split `deeper` of compositions of those depths, drawn with the function tables of
+`--task_seed` (`modeling_ndr.tasks.ctl_compositions(depths, n_eval, seed=task_seed, direction=..., sample_seed=1)`:
+the same rows on every run). Errors are one line (exit status 2).
 """
 
 import argparse
@@ -24,6 +29,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 import modeling_ndr
+from modeling_ndr.tasks import ctl_compositions
 from modeling_ndr.training import (
     EVAL_SPLITS,
     DataArguments,
@@ -38,6 +44,7 @@ from modeling_ndr.training import (
     results_table,
     standard_columns,
 )
+from modeling_ndr.training.adaptive import DEEPER_SPLIT
 
 
 # load_task generates every split; the evaluation splits do not depend on n_train, so the smallest train set is
@@ -61,16 +68,30 @@ def parse_arguments(argv):
     parser.add_argument("--direction", help="CTL: forward or backward (default forward).")
     parser.add_argument("--task_seed", type=int, default=0)
     parser.add_argument("--n_eval", type=int, help="Size of each of the task's evaluation splits (default 1000).")
+    parser.add_argument(
+        "--depths",
+        type=int,
+        nargs="+",
+        help="CTL: also evaluate a split 'deeper' of n_eval compositions of each of these depths (e.g. 11 12).",
+    )
     parser.add_argument("--text_column", default="text")
     parser.add_argument("--label_column", default="label")
     parser.add_argument("--depth_column", help="Column of the depth (the paper's tasks: depth).")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--num_steps", type=int, help="Steps of the shared layer (default: the model's).")
+    parser.add_argument(
+        "--adaptive_steps",
+        choices=("true", "false"),
+        help="Run adaptive steps, or the fixed step count (default: the model's config.adaptive_steps).",
+    )
+    parser.add_argument("--adaptive_threshold", type=float, help="With adaptive steps (default: the config's).")
     parser.add_argument("--trust_remote_code", action="store_true", help="Load the model's own code (no package).")
     parser.add_argument("--output_json", help="Also write the results here.")
     args = parser.parse_args(argv)
     if args.split and args.file:
         parser.error("--split goes with --task or --dataset_name; name files with --file NAME=FILE")
+    if args.depths and args.task != "ctl":
+        parser.error("--depths goes with --task ctl")
     return args
 
 
@@ -85,7 +106,14 @@ def load_splits(args) -> dict[str, datasets.Dataset]:
             )
         except ValueError as error:
             raise UsageError(str(error)) from None
-        return select(data, args.split or list(EVAL_SPLITS), f"--task {args.task}")
+        splits = select(data, args.split or list(EVAL_SPLITS), f"--task {args.task}")
+        if args.depths:
+            try:
+                rows = ctl_compositions(args.depths, args.n_eval or 1000, seed=args.task_seed, **options)
+            except ValueError as error:
+                raise UsageError(f"--depths: {error}") from None
+            splits[DEEPER_SPLIT] = datasets.Dataset.from_list(rows, features=data["ood_test"].features)
+        return splits
     columns.depth_column = args.depth_column
     if args.dataset_name:
         data = load_dataset_splits(args.dataset_name, args.dataset_config_name)
@@ -134,7 +162,9 @@ def check_model_labels(splits: dict, label2id: dict, model_name: str) -> None:
 
 
 @torch.no_grad()
-def predict(model, tokenizer, dataset, batch_size: int, num_steps: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+def predict(
+    model, tokenizer, dataset, batch_size: int, num_steps: int | None, adaptive_steps: bool | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Predicted label ids, and the steps each sample used where the model decides them (None otherwise): with ACT
     halting the mean over real columns of their halting step, with adaptive steps `num_steps_taken`."""
     device = next(model.parameters()).device
@@ -144,7 +174,7 @@ def predict(model, tokenizer, dataset, batch_size: int, num_steps: int | None) -
     for start in range(0, len(inputs), batch_size):
         batch = collate([inputs[i] for i in range(start, min(start + batch_size, len(inputs)))])
         steps = {"num_steps": num_steps} if num_steps else {}
-        out = model(**{k: v.to(device) for k, v in batch.items()}, **steps)
+        out = model(**{k: v.to(device) for k, v in batch.items()}, adaptive_steps=adaptive_steps, **steps)
         predictions.append(out.logits.argmax(-1).cpu().numpy())
         if getattr(out, "halting_steps", None) is not None:
             mask = batch["attention_mask"].to(out.halting_steps.device)
@@ -172,12 +202,15 @@ def main(argv: list[str] | None = None) -> dict:
     model, tokenizer = load_model(args)
     if torch.cuda.is_available():
         model.cuda()
+    if args.adaptive_threshold is not None:
+        model.config.adaptive_threshold = args.adaptive_threshold
+    adaptive_steps = None if args.adaptive_steps is None else args.adaptive_steps == "true"
     check_model_labels(splits, model.config.label2id, args.model)
     encoded = encode(datasets.DatasetDict(splits), tokenizer, model.config.label2id)
     depth_accuracy = load_depth_accuracy()
     results = {}
     for split, dataset in encoded.items():
-        predictions, steps = predict(model, tokenizer, dataset, args.batch_size, args.num_steps)
+        predictions, steps = predict(model, tokenizer, dataset, args.batch_size, args.num_steps, adaptive_steps)
         depths = dataset["depth"] if "depth" in dataset.column_names else None
         result = depth_accuracy.compute(predictions=predictions, references=dataset["labels"], depths=depths)
         results[split] = {

@@ -67,6 +67,7 @@ from modeling_ndr.training import (
     warn_unknown_words,
     write_run_config,
 )
+from modeling_ndr.training.adaptive import export_summary
 
 
 logger = logging.getLogger("ndr.train")
@@ -182,6 +183,8 @@ def main(argv: list[str] | None = None) -> dict:
         if results:
             last = list(results)[-1]  # ood_test for the paper's tasks
             print(f"{last} accuracy: {results[last]['accuracy']:.4f}")
+        if (adaptive_summary := export_summary(export_dir)) is not None:  # CTL: fixed against adaptive steps
+            print("\n" + adaptive_summary + "\n")
         print(f"exported hub-ready model: {os.path.abspath(export_dir)}")
     if training_args.push_to_hub and training_args.should_save:
         # Trainer.push_to_hub uploads output_dir (checkpoints and Trainer's own card); users should get the export

@@ -18,6 +18,8 @@ Modules, in the order `train.py` uses them:
   `run_in_chunks`, the driver that resumes them until they finish
 - `records`: `run_config.json` and the machine description
 - `export`: the hub-ready folder and its model card
+- `adaptive`: for a CTL export, the adaptive-steps threshold chosen on `ood_valid`, and fixed against adaptive steps
+  per split and depth (on the task's splits and on deeper compositions)
 """
 
 from .arguments import (

@@ -4,6 +4,12 @@ The folder holds `config.json` (with `auto_map` and `id2label`), `model.safetens
 modeling code for `trust_remote_code=True`, and a `README.md` model card rendered from
 `hub_cards/model_card_template.md`. `eval_results.json` and `run_config.json` are read from the checkpoint folder
 or its parent (where `train.py` writes them) and copied along.
+
+A model of the paper's CTL task is exported with adaptive steps on (`adaptive.adaptive_study`): the threshold is
+chosen on `ood_valid`, the exported `config.json` asks for adaptive steps, and the exported `eval_results.json` holds
+what the model gives as loaded (adaptive), with the fixed step count's results under each split's `fixed_steps`, for
+`iid_test`, `ood_valid`, `ood_test` and `deeper` (11 and 12 functions); `run_config.json` gains the selection's
+record under `adaptive_steps`.
 """
 
 import json
@@ -14,6 +20,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..modeling_ndr import NDRForSequenceClassification
 from ..tokenization_ndr import NDRTokenizerFast
+from . import adaptive
 from .presets import REPO_ROOT
 
 
@@ -109,11 +116,14 @@ VARIANT_FIELDS = ("attention_type", "position_encoding", "attention_scores", "me
                   "normalize_attention", "halting", "adaptive_steps")  # fmt: skip
 
 
-def variant_description(config, variant: str | None) -> str | None:
-    """`None` for the NDR itself, else a sentence naming the variant and how its config differs from the NDR's."""
+def variant_description(config, variant: str | None, ignore: tuple[str, ...] = ()) -> str | None:
+    """`None` for the NDR itself, else a sentence naming the variant and how its config differs from the NDR's
+    (in the fields of `VARIANT_FIELDS`, except those in `ignore`)."""
     defaults = type(config)()
     differences = [
-        f"`{f}={getattr(config, f)!r}`" for f in VARIANT_FIELDS if getattr(config, f) != getattr(defaults, f)
+        f"`{f}={getattr(config, f)!r}`"
+        for f in VARIANT_FIELDS
+        if f not in ignore and getattr(config, f) != getattr(defaults, f)
     ]
     if not differences and variant in (None, "ndr"):
         return None
@@ -136,6 +146,16 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         for split, values in eval_results.items()
         for depth, accuracy in sorted(values["by_depth"].items(), key=lambda item: int(item[0]))
     ]
+    results += [  # a model that runs adaptive steps as loaded: the fixed step count's accuracy too
+        result(
+            split,
+            fixed["accuracy"],
+            metric_name=f"{fixed['num_steps']} fixed steps",
+            metric_config=f"fixed_steps={fixed['num_steps']}",
+        )
+        for split, values in eval_results.items()
+        if (fixed := values.get("fixed_steps"))
+    ]
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],
         library_name="transformers",
@@ -155,17 +175,21 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
             "split": split,
             "accuracy": values["accuracy"],
             "depths": ", ".join(sorted(values["by_depth"], key=int)) or "–",
+            "mean_steps": values.get("mean_steps"),
+            "fixed": values.get("fixed_steps"),
         }
         for split, values in eval_results.items()
     ]
     example = run_config.get("example") or {"text": "", "label": ""}
+    adaptive_card = adaptive.card_values(config, run_config, eval_results)
     return ModelCard.from_template(
         card_data,
         template_path=TEMPLATE,
         model_name=card_data.model_name,
         repo_id=repo_id,
         task_description=title,
-        variant=variant_description(config, run_config.get("variant")),
+        # adaptive steps chosen by the export are described in the card's results, not as a variant
+        variant=variant_description(config, run_config.get("variant"), ("adaptive_steps",) if adaptive_card else ()),
         num_steps=num_steps,
         split_rows=split_rows,
         depth_table=results_table(eval_results),
@@ -182,6 +206,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         processes=run_config.get("processes") or 1,
         command=training_command(run_config),
         paper=paper_reference(run_config, eval_results),
+        adaptive=adaptive_card,
         example_text=example["text"],
         example_label=example["label"],
     )
@@ -219,8 +244,19 @@ def export_model(
     eval_results: dict | None = None,
     run_config: dict | None = None,
     repo_id: str | None = None,
+    choose_adaptive_steps: bool = True,
 ) -> str:
-    """Write the hub-ready folder `out_dir` from `checkpoint_dir`; returns `out_dir`."""
+    """Write the hub-ready folder `out_dir` from `checkpoint_dir`; returns `out_dir`.
+
+    Args:
+        checkpoint_dir: a folder with `config.json`, `model.safetensors` and the tokenizer.
+        out_dir: the folder to write.
+        eval_results: the run's results (default: `eval_results.json` of the checkpoint folder or its parent).
+        run_config: the run's record (default: `run_config.json` there).
+        repo_id: the hub id the card's snippets use.
+        choose_adaptive_steps: for a CTL model, choose the adaptive threshold on `ood_valid`, export with adaptive
+            steps on and evaluate every split both ways (`adaptive.adaptive_study`); False exports the config as is.
+    """
     if not os.path.isdir(checkpoint_dir):
         raise FileNotFoundError(f"{checkpoint_dir}: no such checkpoint folder")
     for name in ("config.json", "model.safetensors", TOKENIZER_FILE):
@@ -237,6 +273,11 @@ def export_model(
         run_config = {**run_config, "training": training}
     model = NDRForSequenceClassification.from_pretrained(checkpoint_dir)
     tokenizer = NDRTokenizerFast.from_pretrained(checkpoint_dir)  # saves as PreTrainedTokenizerFast
+    if choose_adaptive_steps and adaptive.applies(model.config, run_config):
+        # every number is measured again on the exported model, fixed and adaptive, so that re-exporting an export
+        # (make_model_repos --refresh) gives the same folder
+        study = adaptive.adaptive_study(model, tokenizer, run_config["task"])
+        eval_results, run_config = study["results"], {**run_config, "adaptive_steps": study["selection"]}
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir)  # weights, config with auto_map, and the modeling code
     tokenizer.save_pretrained(out_dir)

@@ -1,0 +1,294 @@
+"""Adaptive steps for an exported CTL model: the threshold chosen on `ood_valid`, and fixed against adaptive steps per
+split and depth, on the task's evaluation splits and on compositions deeper than any of them.
+
+`export_model` calls `adaptive_study` for a model of the paper's CTL task (not with ACT halting): it evaluates the
+model with adaptive steps at every threshold of `THRESHOLDS` on `ood_valid` (never on `ood_test`), picks one with
+`choose_threshold`, writes `adaptive_steps=True` with that threshold and the cap into the exported `config.json`, and
+reports every split with both the fixed step count and the adaptive steps the model now runs as loaded.
+
+    from modeling_ndr.training.adaptive import choose_threshold
+    choose_threshold({"0.15": {"accuracy": 1.0, "mean_steps": 13.5}, "0.2": {"accuracy": 1.0, "mean_steps": 12.4}})
+    # 0.2
+"""
+
+import json
+import os
+
+import numpy as np
+import torch
+
+from ..tasks import ctl_compositions, task_label_names
+
+
+# The thresholds tried on ood_valid (relative state change per step; the config's default is 0.15).
+THRESHOLDS = (0.05, 0.07, 0.1, 0.15, 0.2, 0.3)
+# Compositions longer than any split (ood_test stops at 10 functions), drawn with the model's own function tables.
+DEEPER_DEPTHS = (11, 12)
+DEEPER_SPLIT = "deeper"
+# ctl_compositions' default stream seed; the tests draw fresh samples with another one.
+DEEPER_SAMPLE_SEED = 1
+SELECTION_SPLIT = "ood_valid"
+SELECTION_RULE = (
+    "the threshold of the grid with the best ood_valid accuracy; among equally accurate ones the one with the fewest "
+    "mean ood_valid steps (the larger threshold on a tie); at most 2 x num_hidden_layers steps; ood_test is never read"
+)
+
+
+def applies(config, run_config: dict) -> bool:
+    """Whether the export chooses adaptive steps for this model: the paper's CTL task (generated, not own data) and
+    no ACT halting (ACT decides its own steps; the two cannot be combined).
+
+    Args:
+        config: the model's `NDRConfig`.
+        run_config: the run's record (`run_config.json`).
+
+    Returns:
+        True for a CTL model without ACT.
+    """
+    task = run_config.get("task") or {}
+    own_data = task.get("dataset_name") or task.get("train_file")
+    return (task.get("task") or "ctl") == "ctl" and not own_data and bool(task) and config.halting != "act"
+
+
+def choose_threshold(grid: dict) -> float:
+    """The selection rule (`SELECTION_RULE`) on a recorded grid.
+
+    Args:
+        grid: `{threshold: {"accuracy": a, "mean_steps": s}}` on `ood_valid`; thresholds may be strings (as read from
+            JSON) or numbers.
+
+    Returns:
+        The chosen threshold, a float.
+    """
+    if not grid:
+        raise ValueError("choose_threshold needs at least one threshold")
+    values = {float(threshold): result for threshold, result in grid.items()}
+    best = max(result["accuracy"] for result in values.values())
+    tied = [threshold for threshold, result in values.items() if result["accuracy"] == best]
+    return min(tied, key=lambda threshold: (values[threshold]["mean_steps"], -threshold))
+
+
+def evaluation_rows(task: dict, n_eval: int | None = None) -> dict[str, list[dict]]:
+    """The rows the study evaluates: `iid_test`, `ood_valid`, `ood_test` of the run's task (its `task_seed`,
+    `direction` and `n_eval`) and `deeper`, `n_eval` compositions of each of `DEEPER_DEPTHS` functions drawn with the
+    same function tables (`ctl_compositions(DEEPER_DEPTHS, n, seed=task_seed, direction=...)`).
+
+    Args:
+        task: the `task` entry of `run_config.json`.
+        n_eval: samples per split and per deeper depth (default: the run's `n_eval`, else 1000).
+
+    Returns:
+        `{split: [{"text", "label", "depth"}, ...]}`, labels as class indices of `task_label_names("ctl")`.
+    """
+    from .. import load_task  # datasets: imported when a study runs
+
+    seed, direction = task.get("task_seed") or 0, task.get("direction") or "forward"
+    n_eval = n_eval or task.get("n_eval") or 1000
+    data = load_task("ctl", seed=seed, n_train=72, n_eval=n_eval, direction=direction)  # 72: depth 1, the least
+    rows = {split: data[split].to_list() for split in ("iid_test", "ood_valid", "ood_test")}
+    rows[DEEPER_SPLIT] = ctl_compositions(DEEPER_DEPTHS, n_eval, seed=seed, direction=direction,
+                                          sample_seed=DEEPER_SAMPLE_SEED)  # fmt: skip
+    return rows
+
+
+@torch.no_grad()
+def predict(model, tokenizer, texts: list[str], adaptive: bool, threshold: float | None = None, batch_size=1000):
+    """Class ids and steps run per text, with the model's fixed step count or with adaptive steps.
+
+    Args:
+        model: an `NDRForSequenceClassification` in eval mode.
+        tokenizer: its tokenizer.
+        texts: the inputs.
+        adaptive: adaptive steps (at most `config.max_adaptive_steps`) or the fixed count.
+        threshold: the adaptive threshold to use (default: the config's); the config is left as it was.
+        batch_size: texts per forward pass (a sample's result does not depend on its batch).
+
+    Returns:
+        `(predictions, steps)`, two integer arrays of shape `(len(texts),)`.
+    """
+    config = model.config
+    kept = config.adaptive_threshold
+    fixed = config.eval_num_hidden_layers or config.num_hidden_layers
+    device = next(model.parameters()).device
+    predictions, steps = [], []
+    try:
+        if threshold is not None:
+            config.adaptive_threshold = threshold
+        for start in range(0, len(texts), batch_size):
+            encoded = tokenizer(texts[start : start + batch_size], padding=True, return_tensors="pt").to(device)
+            out = model(**encoded, adaptive_steps=adaptive)
+            predictions.append(out.logits.argmax(-1).cpu().numpy())
+            taken = out.num_steps_taken.cpu().numpy() if adaptive else np.full(len(out.logits), fixed)
+            steps.append(taken)
+    finally:
+        config.adaptive_threshold = kept
+    return np.concatenate(predictions), np.concatenate(steps)
+
+
+def scores(predictions: np.ndarray, labels: np.ndarray, depths: np.ndarray, steps: np.ndarray) -> dict:
+    """`{"accuracy", "by_depth", "mean_steps", "mean_steps_by_depth"}` (depth keys are strings, as in JSON)."""
+    correct = predictions == labels
+    levels = sorted(set(depths.tolist()))
+    return {
+        "accuracy": float(correct.mean()),
+        "by_depth": {str(d): float(correct[depths == d].mean()) for d in levels},
+        "mean_steps": float(steps.mean()),
+        "mean_steps_by_depth": {str(d): float(steps[depths == d].mean()) for d in levels},
+    }
+
+
+def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thresholds=THRESHOLDS) -> dict:
+    """Choose the adaptive threshold on `ood_valid`, set it in `model.config` (with `adaptive_steps=True` and the cap
+    `max_adaptive_steps = 2 x num_hidden_layers` unless the config has one), and evaluate every split both ways.
+
+    Args:
+        model: an `NDRForSequenceClassification` of the CTL task (it is put in eval mode; its config is changed).
+        tokenizer: its tokenizer.
+        task: the `task` entry of `run_config.json` (task seed, direction, n_eval).
+        n_eval: samples per split (default: the run's, else 1000).
+        thresholds: the grid.
+
+    Returns:
+        `{"results": {split: {"accuracy", "by_depth", "mean_steps", "mean_steps_by_depth", "fixed_steps": {"num_steps",
+        "accuracy", "by_depth"}}}, "selection": {...}}`: the results as the model now loads (adaptive), the fixed
+        ones inside each split, and the selection's record (rule, grid on ood_valid, chosen threshold, cap, data).
+    """
+    model.eval()
+    config = model.config
+    label_ids = [config.label2id[name] for name in task_label_names("ctl")]
+    rows = evaluation_rows(task, n_eval)
+
+    def arrays(split):
+        texts = [row["text"] for row in rows[split]]
+        labels = np.array([label_ids[row["label"]] for row in rows[split]])
+        return texts, labels, np.array([row["depth"] for row in rows[split]])
+
+    config.max_adaptive_steps = config.max_adaptive_steps or 2 * config.num_hidden_layers
+    texts, labels, depths = arrays(SELECTION_SPLIT)
+    grid = {}
+    for threshold in thresholds:
+        predictions, steps = predict(model, tokenizer, texts, adaptive=True, threshold=threshold)
+        grid[str(threshold)] = {"accuracy": float((predictions == labels).mean()), "mean_steps": float(steps.mean())}
+    chosen = choose_threshold(grid)
+    config.adaptive_steps, config.adaptive_threshold = True, chosen
+
+    results = {}
+    for split in rows:
+        texts, labels, depths = arrays(split)
+        adaptive_predictions, adaptive_steps = predict(model, tokenizer, texts, adaptive=True)
+        fixed_predictions, fixed_steps = predict(model, tokenizer, texts, adaptive=False)
+        fixed = scores(fixed_predictions, labels, depths, fixed_steps)
+        fixed = {"num_steps": int(fixed_steps[0]), "accuracy": fixed["accuracy"], "by_depth": fixed["by_depth"]}
+        results[split] = {**scores(adaptive_predictions, labels, depths, adaptive_steps), "fixed_steps": fixed}
+    selection = {
+        "rule": SELECTION_RULE,
+        "split": SELECTION_SPLIT,
+        "n_samples": len(rows[SELECTION_SPLIT]),
+        "max_adaptive_steps": config.max_adaptive_steps,
+        "grid": grid,
+        "adaptive_threshold": chosen,
+        "deeper": {
+            "split": DEEPER_SPLIT,
+            "depths": list(DEEPER_DEPTHS),
+            "n_per_depth": len(rows[DEEPER_SPLIT]) // len(DEEPER_DEPTHS),
+            "sample_seed": DEEPER_SAMPLE_SEED,
+        },
+    }
+    return {"results": results, "selection": selection}
+
+
+def comparison_table(eval_results: dict) -> str | None:
+    """Markdown table, per split and depth, of the fixed step count's accuracy against adaptive steps' accuracy and
+    mean steps (printed by `train.py`, shown on the model card); None when the results hold no fixed-steps entries.
+
+    Args:
+        eval_results: `{split: {"accuracy", "by_depth", "mean_steps_by_depth", "fixed_steps": {...}}}`.
+
+    Returns:
+        The table, or None.
+    """
+    splits = {split: values for split, values in eval_results.items() if values.get("fixed_steps")}
+    if not splits:
+        return None
+    fixed_steps = sorted({values["fixed_steps"]["num_steps"] for values in splits.values()})
+    fixed_name = f"fixed {fixed_steps[0]} steps" if len(fixed_steps) == 1 else "fixed steps"
+    lines = [f"| split | depth | {fixed_name} | adaptive | adaptive: mean steps |", "|---|---|---|---|---|"]
+    for split, values in splits.items():
+        for depth in sorted(values["by_depth"], key=int):
+            fixed, accuracy = values["fixed_steps"]["by_depth"][depth], values["by_depth"][depth]
+            steps = values.get("mean_steps_by_depth", {}).get(depth)
+            steps = "" if steps is None else f"{steps:.1f}"
+            lines.append(f"| {split} | {depth} | {fixed:.3f} | {accuracy:.3f} | {steps} |")
+    return "\n".join(lines)
+
+
+def card_values(config, run_config: dict, eval_results: dict) -> dict | None:
+    """What the model card says about adaptive steps: None unless the model runs them as loaded and the export chose
+    them (`run_config["adaptive_steps"]`, written by `export_model`).
+
+    Args:
+        config: the exported model's config.
+        run_config: the run's record, with the selection under `adaptive_steps`.
+        eval_results: the exported results (as loaded, with `fixed_steps`).
+
+    Returns:
+        `{"threshold", "max_steps", "fixed_steps", "rule", "grid", "table", "deeper", "evaluate_args"}` or None.
+    """
+    selection = run_config.get("adaptive_steps")
+    if not config.adaptive_steps or not isinstance(selection, dict) or comparison_table(eval_results) is None:
+        return None
+    task = run_config.get("task") or {}
+    deeper = selection["deeper"]
+    arguments = ["--task ctl", f"--direction {task.get('direction') or 'forward'}"]
+    if task.get("task_seed"):
+        arguments.append(f"--task_seed {task['task_seed']}")
+    if deeper["n_per_depth"] != 1000:
+        arguments.append(f"--n_eval {deeper['n_per_depth']}")
+    arguments.append("--depths " + " ".join(str(depth) for depth in deeper["depths"]))
+    grid = sorted(selection["grid"].items(), key=lambda item: float(item[0]))
+    return {
+        "threshold": config.adaptive_threshold,
+        "max_steps": config.max_adaptive_steps or 2 * config.num_hidden_layers,
+        "fixed_steps": config.eval_num_hidden_layers or config.num_hidden_layers,
+        "rule": selection["rule"],
+        "selection_samples": selection["n_samples"],
+        "grid": ", ".join(f"{t}: {r['accuracy']:.3f} / {r['mean_steps']:.1f}" for t, r in grid),
+        "table": comparison_table(eval_results),
+        "deeper": deeper,
+        "evaluate_args": " ".join(arguments),
+    }
+
+
+def export_summary(export_dir: str) -> str | None:
+    """What `train.py` prints after the export: the chosen threshold and, per split and per depth, the fixed step
+    count against adaptive steps; None if the export did not choose adaptive steps.
+
+    Args:
+        export_dir: the folder `export_model` wrote.
+
+    Returns:
+        Markdown text, or None.
+    """
+    try:
+        with open(os.path.join(export_dir, "eval_results.json")) as f:
+            results = json.load(f)
+        with open(os.path.join(export_dir, "run_config.json")) as f:
+            selection = json.load(f).get("adaptive_steps")
+    except FileNotFoundError:
+        return None
+    table = comparison_table(results)
+    if table is None or not isinstance(selection, dict):
+        return None
+    fixed_steps = next(values["fixed_steps"]["num_steps"] for values in results.values() if values.get("fixed_steps"))
+    lines = [
+        f"The export runs adaptive steps as loaded: threshold {selection['adaptive_threshold']} (chosen on "
+        f"{selection['split']}), at most {selection['max_adaptive_steps']} steps.",
+        "",
+        f"| split | fixed {fixed_steps} steps | adaptive | adaptive: mean steps |",
+        "|---|---|---|---|",
+    ]
+    for split, values in results.items():
+        if fixed := values.get("fixed_steps"):
+            accuracy, steps = values["accuracy"], values["mean_steps"]
+            lines.append(f"| {split} | {fixed['accuracy']:.4f} | {accuracy:.4f} | {steps:.1f} |")
+    return "\n".join([*lines, "", table])
