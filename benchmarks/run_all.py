@@ -9,7 +9,10 @@
    (`training_step.py`);
 3. inference on `iid_test` of an exported CTL model, fixed steps against adaptive steps (`adaptive_steps.py`; skipped
    with a note if there is no exported model: `make demo` writes one);
-4. data parallelism: 2 processes x 1 thread against the best single process (`data_parallel.py`).
+4. data parallelism: 2 processes x 1 thread against the best single process (`data_parallel.py`);
+5. where CUDA is available, the GPU: geometric attention against SDPA's flash and memory-efficient kernels in bf16, and
+   training samples/s and peak memory of the GPU presets, eager against `torch.compile` (`gpu.py`); without CUDA the
+   report says it was skipped.
 
 Prints one markdown report (machine, date, threads and load average on top) and writes it with the JSON to `--out`.
 """
@@ -26,6 +29,7 @@ import torch
 
 import attention
 import data_parallel
+import gpu
 import training_step
 from common import REPO, machine
 
@@ -88,6 +92,13 @@ def main():
     steps = "8" if args.quick else "30"
     results["data_parallel"], text = run_part("data parallelism", data_parallel.main, ["--steps", steps])
     sections.append("## Data parallelism\n\n" + text)
+    if torch.cuda.is_available():
+        gpu_args = ["--repeats", "5" if args.quick else "20"] + (["--seq", "50,200"] if args.quick else [])
+        results["gpu"], text = run_part("GPU", gpu.main, gpu_args)
+    else:
+        results["gpu"], text = None, gpu.NO_CUDA
+        print(f"\n## GPU\n\n{text}")
+    sections.append("## GPU\n\n" + text)
     results["machine"]["load_average_at_the_end"] = round(os.getloadavg()[0], 2)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(results, f, indent=2)

@@ -203,3 +203,18 @@ def test_time_box_stops_with_a_checkpoint_and_resumes_on_a_gpu(tmp_path):
         b = load_file(str(tmp_path / "chunks" / "checkpoint-12" / "model.safetensors"))
         worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
         assert worst < 1e-3, f"chunked and uninterrupted weights differ by up to {worst} on CUDA"
+
+
+def test_the_gpu_benchmark_runs_its_code_on_the_cpu_and_skips_without_cuda():
+    """`benchmarks/gpu.py --device cpu --tiny`: the attention-op and training-step code paths (eager and compiled,
+    with dynamo's eager backend: inductor would compile for a minute) at tiny sizes, and the tables they print."""
+    bench = REPO / "benchmarks" / "gpu.py"
+    result = run([sys.executable, str(bench), "--device", "cpu", "--tiny", "--compile-backend", "eager",
+                  "--repeats", "1", "--seq", "13", "--presets", "ctl_gpu,listops_gpu"])  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| N | geometric (ms) | SDPA flash (ms) | geometric / flash |" in result.stdout, result.stdout[-3000:]
+    assert "| ctl_gpu (tiny) | 8 x " in result.stdout and "| listops_gpu (tiny) | 8 x " in result.stdout
+    assert "compiled speed-up" in result.stdout and "their minutes, eager" in result.stdout
+    if not CUDA:
+        skipped = run([sys.executable, str(bench)])
+        assert skipped.returncode == 0 and "GPU benchmarks skipped: no CUDA device" in skipped.stdout
