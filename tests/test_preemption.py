@@ -250,3 +250,34 @@ def test_the_chunk_driver_stops_on_a_failure_and_when_a_chunk_makes_no_progress(
     assert drive("s1,l2,0") == 0, "a launcher's exit 1 after a stop record is a stop"
     assert drive("s1,3") == 3, "a failing chunk's exit status is the driver's"
     assert drive("s1,s1") == 1, "no progress: the driver gives up instead of looping"
+
+
+@pytest.mark.parametrize("status, requeued, exit_status", [(75, True, 0), (0, False, 0), (1, False, 1)])
+def test_the_slurm_script_requeues_a_run_that_stopped_with_75(status, requeued, exit_status, tmp_path):
+    """training/slurm/train_ndr.sbatch with stand-ins for srun, scontrol and python: the processes get their rank
+    from SLURM, train.py resumes with --resume_from_checkpoint auto, and exit 75 requeues the job."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "log"
+    stand_ins = {
+        # srun: run the task command once, as task 1 on its node
+        "srun": 'while [ "${1#--}" != "$1" ]; do shift; done\nSLURM_PROCID=1 SLURM_LOCALID=1 exec "$@"',
+        "scontrol": f'if [ "$1" = show ]; then echo node7; else echo "scontrol $*" >> {log}; fi',
+        "python": 'echo "RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE MASTER_ADDR=$MASTER_ADDR $*"'
+        f" >> {log}\nexit {status}",
+    }
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHON="python", SLURM_JOB_ID="4242",
+               SLURM_NTASKS="2", SLURM_JOB_NODELIST="node[7-8]")  # fmt: skip
+    script = REPO / "training" / "slurm" / "train_ndr.sbatch"
+    result = subprocess.run(["bash", str(script), "ctl_gpu", "outputs/x", "--seed", "3"], env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == exit_status, result.stdout + result.stderr
+    lines = log.read_text().splitlines()
+    assert lines[0] == (
+        "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=node7 training/train.py --preset ctl_gpu "
+        "--output_dir outputs/x --resume_from_checkpoint auto --disable_tqdm true --seed 3"
+    )
+    assert ("scontrol requeue 4242" in lines) == requeued
