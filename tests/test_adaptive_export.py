@@ -80,6 +80,7 @@ def test_export_turns_adaptive_steps_on_with_the_threshold_the_rule_picks(export
     assert selection["split"] == "ood_valid" and selection["n_samples"] == N_EVAL
     assert [float(t) for t in selection["grid"]] == list(THRESHOLDS)
     assert config["adaptive_threshold"] == choose_threshold(selection["grid"]) == selection["adaptive_threshold"]
+    assert read(export, "tokenizer.json")["padding"] == read(checkpoint, "tokenizer.json")["padding"]
     assert load_file(export / "model.safetensors").keys() == load_file(checkpoint / "model.safetensors").keys()
     for name, tensor in load_file(export / "model.safetensors").items():
         assert tensor.equal(load_file(checkpoint / "model.safetensors")[name]), "the weights are not changed"

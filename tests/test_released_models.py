@@ -1,6 +1,8 @@
 """The released models (`hub_cards/models/ndr-*`, built by `make release`): each loads as a hub id from the offline
 HF cache with `AutoModel` and `AutoModelForSequenceClassification`, and its accuracy on freshly generated `ood_test`
-samples agrees with what its model card claims, within sampling error."""
+samples agrees with what its model card claims, within sampling error: as loaded, and with the fixed steps of
+training where the card reports those too (the CTL models run adaptive steps as loaded; for them the deeper
+compositions of 11 and 12 functions are checked as well)."""
 
 import json
 import math
@@ -16,10 +18,12 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 
 from modeling_ndr import NDRForSequenceClassification, NDRModel, load_task, task_label_names
 from modeling_ndr.tasks import ctl_compositions, split_depths
+from modeling_ndr.training.adaptive import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, choose_threshold, predict
 
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = sorted(path for path in (REPO / "hub_cards" / "models").glob("ndr-*") if (path / "config.json").is_file())
+CTL_MODELS = [path for path in MODELS if json.loads((path / "run_config.json").read_text())["task"]["task"] == "ctl"]
 ORG = "ndr-org"
 N_FRESH = 300
 FRESH_SEED = 2026  # not a seed any split of the training data was drawn from
@@ -34,18 +38,23 @@ def test_every_release_is_built():
     assert sorted(module.RELEASES) == [path.name for path in MODELS], "make release builds every folder in RELEASES"
 
 
-def card_accuracy(folder: Path, split: str) -> float:
+def card_accuracy(folder: Path, split: str, metric_config: str | None = None) -> float | None:
+    """The card's model-index accuracy on `split` (as loaded; `metric_config="fixed_steps=N"`: with fixed steps), or
+    None if the card has no such entry."""
     card = ModelCard.load(folder / "README.md")
-    values = [r.metric_value for r in card.data.eval_results if r.dataset_split == split and r.metric_config is None]
-    assert len(values) == 1, f"the card's model-index has one {split} result"
-    return values[0]
+    values = [r.metric_value for r in card.data.eval_results
+              if r.dataset_split == split and r.metric_config == metric_config]  # fmt: skip
+    assert len(values) <= 1, f"the card's model-index has one {split} result for {metric_config}"
+    assert values or metric_config, f"the card's model-index has a {split} result"
+    return values[0] if values else None
 
 
-def fresh_ood_test(task: dict) -> tuple[list[str], list[str]]:
-    """N_FRESH new `ood_test` samples of the released model's task: (texts, label names)."""
+def fresh_samples(task: dict, split: str = "ood_test") -> tuple[list[str], list[str]]:
+    """N_FRESH new samples of the released model's task: (texts, label names). `split` is `ood_test`, or (CTL)
+    `deeper`: compositions of 11 and 12 functions."""
     name = task["task"]
     if name == "ctl":  # same function tables (the training data's seed), new samples
-        depths = split_depths("ctl")["ood_test"]
+        depths = DEEPER_DEPTHS if split == DEEPER_SPLIT else split_depths("ctl")["ood_test"]
         rows = ctl_compositions(depths, N_FRESH // len(depths), seed=task.get("task_seed") or 0,
                                 direction=task.get("direction") or "forward", sample_seed=FRESH_SEED)  # fmt: skip
     else:
@@ -73,20 +82,67 @@ def test_released_model_loads_as_a_hub_id_and_matches_its_card_on_fresh_data(fol
     assert isinstance(model, NDRForSequenceClassification)
     tokenizer = AutoTokenizer.from_pretrained(repo_id)
 
-    task = json.loads((folder / "run_config.json").read_text())["task"]
-    texts, labels = fresh_ood_test(task)
+    run_config = json.loads((folder / "run_config.json").read_text())
+    fixed_steps = model.config.eval_num_hidden_layers or model.config.num_hidden_layers
+    splits = ["ood_test"] + ([DEEPER_SPLIT] if "adaptive_steps" in run_config else [])
     collate = DataCollatorWithPadding(tokenizer)
-    correct = 0
-    with torch.no_grad():
-        for start in range(0, len(texts), 100):
-            batch = collate([tokenizer(text) for text in texts[start : start + 100]])
-            predictions = model(**batch).logits.argmax(-1).tolist()
-            correct += sum(model.config.id2label[p] == label for p, label in zip(predictions, labels[start:]))
-    accuracy = correct / len(texts)
-    claimed = card_accuracy(folder, "ood_test")
-    n_card = 1000  # train.py's evaluation splits
-    sigma = math.sqrt(max(claimed * (1 - claimed), 0.01) * (1 / len(texts) + 1 / n_card))
-    assert abs(accuracy - claimed) <= 4 * sigma, f"fresh ood_test {accuracy:.3f} vs the card's {claimed:.3f}"
+    for split in splits:
+        texts, labels = fresh_samples(run_config["task"], split)
+        # as loaded (the config's steps: adaptive for the CTL models), and the fixed steps of training
+        for adaptive_steps, metric_config in ((None, None), (False, f"fixed_steps={fixed_steps}")):
+            claimed = card_accuracy(folder, split, metric_config)
+            if claimed is None:
+                continue
+            correct = 0
+            with torch.no_grad():
+                for start in range(0, len(texts), 100):
+                    batch = collate([tokenizer(text) for text in texts[start : start + 100]])
+                    predictions = model(**batch, adaptive_steps=adaptive_steps).logits.argmax(-1).tolist()
+                    correct += sum(model.config.id2label[p] == label for p, label in zip(predictions, labels[start:]))
+            accuracy = correct / len(texts)
+            n_card = 1000 * (len(DEEPER_DEPTHS) if split == DEEPER_SPLIT else 1)  # the export's evaluation sizes
+            sigma = math.sqrt(max(claimed * (1 - claimed), 0.01) * (1 / len(texts) + 1 / n_card))
+            assert abs(accuracy - claimed) <= 4 * sigma, (
+                f"fresh {split} ({metric_config or 'as loaded'}) {accuracy:.3f} vs the card's {claimed:.3f}"
+            )
+
+
+def test_both_ctl_directions_are_released():
+    assert sorted(folder.name for folder in CTL_MODELS) == ["ndr-ctl-backward", "ndr-ctl-forward"]
+
+
+@pytest.mark.parametrize("folder", CTL_MODELS, ids=[path.name for path in CTL_MODELS])
+def test_released_ctl_models_run_adaptive_steps_with_the_threshold_chosen_on_ood_valid(folder):
+    """config.json asks for adaptive steps with the threshold that the selection rule picks from the recorded
+    ood_valid grid; the grid's entries that decide the choice (the chosen threshold and the next larger one, which
+    runs fewer steps) are measured again here on the same ood_valid samples; the results as loaded meet the issue's
+    targets. (That the export records what it measures is tests/test_adaptive_export.py's.)"""
+    config = json.loads((folder / "config.json").read_text())
+    run_config = json.loads((folder / "run_config.json").read_text())
+    selection = run_config["adaptive_steps"]
+    assert config["adaptive_steps"] is True
+    assert config["max_adaptive_steps"] == selection["max_adaptive_steps"] == 2 * config["num_hidden_layers"]
+    assert selection["split"] == "ood_valid", "chosen on ood_valid, never on ood_test"
+    assert [float(t) for t in selection["grid"]] == list(THRESHOLDS)
+    assert config["adaptive_threshold"] == choose_threshold(selection["grid"]) == selection["adaptive_threshold"]
+
+    task = run_config["task"]
+    ood_valid = load_task("ctl", seed=task["task_seed"], n_train=72, n_eval=selection["n_samples"],
+                          direction=task["direction"])["ood_valid"]  # fmt: skip
+    model = NDRForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    names = task_label_names("ctl")
+    labels = [model.config.label2id[names[label]] for label in ood_valid["label"]]
+    grid = sorted(selection["grid"].items(), key=lambda item: float(item[0]))
+    chosen = [float(threshold) for threshold, _ in grid].index(config["adaptive_threshold"])
+    for threshold, recorded in grid[chosen : chosen + 2]:
+        predictions, steps = predict(model, tokenizer, ood_valid["text"], adaptive=True, threshold=float(threshold))
+        assert (predictions == labels).mean() == pytest.approx(recorded["accuracy"]), threshold
+        assert steps.mean() == pytest.approx(recorded["mean_steps"]), threshold
+
+    results = json.loads((folder / "eval_results.json").read_text())
+    assert results["ood_test"]["accuracy"] >= 0.99, "issue 23's target, as loaded"
+    assert min(results[DEEPER_SPLIT]["by_depth"].values()) >= 0.95, "issue 23's target at 11 and 12 functions"
 
 
 @pytest.mark.parametrize("folder", MODELS, ids=[path.name for path in MODELS])

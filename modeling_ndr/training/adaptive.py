@@ -115,14 +115,29 @@ def predict(model, tokenizer, texts: list[str], adaptive: bool, threshold: float
         if threshold is not None:
             config.adaptive_threshold = threshold
         for start in range(0, len(texts), batch_size):
-            encoded = tokenizer(texts[start : start + batch_size], padding=True, return_tensors="pt").to(device)
-            out = model(**encoded, adaptive_steps=adaptive)
+            sequences = tokenizer(texts[start : start + batch_size])["input_ids"]
+            input_ids, attention_mask = right_padded(sequences, tokenizer.pad_token_id)
+            out = model(
+                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), adaptive_steps=adaptive
+            )
             predictions.append(out.logits.argmax(-1).cpu().numpy())
             taken = out.num_steps_taken.cpu().numpy() if adaptive else np.full(len(out.logits), fixed)
             steps.append(taken)
     finally:
         config.adaptive_threshold = kept
     return np.concatenate(predictions), np.concatenate(steps)
+
+
+def right_padded(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(input_ids, attention_mask)` of shape `(batch, longest)`, padded on the right. (Padding by hand: calling a fast
+    tokenizer with `padding=True` leaves padding switched on in the `tokenizer.json` it saves afterwards.)"""
+    longest = max(len(ids) for ids in sequences)
+    input_ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), longest), dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention_mask[row, : len(ids)] = 1
+    return input_ids, attention_mask
 
 
 def scores(predictions: np.ndarray, labels: np.ndarray, depths: np.ndarray, steps: np.ndarray) -> dict:
