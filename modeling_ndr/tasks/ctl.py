@@ -78,7 +78,9 @@ def ctl_compositions(
     """CTL samples of any depth with the tables of `seed` (e.g. compositions longer than any split): `n_per_depth`
     distinct rows per depth, `{"text", "label", "depth"}`, drawn from a stream seeded by `sample_seed` and the depth.
 
-    The splits of `load_task` stop at depth 10; this makes deeper test sets for the same functions."""
+    The splits of `load_task` stop at depth 10; this makes deeper test sets for the same functions. A CTL export's
+    split `deeper` is `ctl_compositions((11, 12), n_eval, seed=task_seed, direction=...)`; measure a model on it with
+    `python training/evaluate_model.py MODEL --task ctl --direction D --depths 11 12`."""
     if direction not in CTL_DIRECTIONS:
         raise ValueError(f"direction={direction!r} is not allowed; choose one of {CTL_DIRECTIONS}")
     tables = ctl_tables(seed)
