@@ -5,6 +5,7 @@ machine, the training time and the command."""
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -47,6 +48,8 @@ def test_make_gpu_release_trains_in_chunks_and_writes_the_release_with_its_card(
     assert record["machine"] in card, "the card names the machine"
     assert f"{record['training']['seconds'] / 60:.1f} minutes" in card, "and the training time of both chunks"
     assert "--preset tiny_gpu_release_test" in card and "--max_wall_minutes" in card, "and the command"
+    assert re.search(r"minutes in\s+2 resumed chunks", card), "and that it trained in two chunks"
+    assert f"on {record['machine']}, {record['precision']}" in card, "and the precision"
     ModelCard.load(release / "README.md")
     model = AutoModelForSequenceClassification.from_pretrained(release)
     assert model.config.model_type == "ndr"

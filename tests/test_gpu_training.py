@@ -218,3 +218,13 @@ def test_the_gpu_benchmark_runs_its_code_on_the_cpu_and_skips_without_cuda():
     if not CUDA:
         skipped = run([sys.executable, str(bench)])
         assert skipped.returncode == 0 and "GPU benchmarks skipped: no CUDA device" in skipped.stdout
+
+
+def test_the_card_command_of_a_multi_gpu_run_names_the_accelerate_config():
+    from modeling_ndr.training.export import training_command
+
+    run_config = {"command": ["training/train.py", "--preset", "listops_gpu"], "processes": 4}
+    assert training_command(run_config) == (
+        "accelerate launch --config_file configuration/accelerate/multi_gpu.yaml --num_processes 4 "
+        "training/train.py --preset listops_gpu"
+    )

@@ -204,6 +204,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         training=run_config.get("training"),
         machine=run_config.get("machine") or "an unrecorded machine",
         processes=run_config.get("processes") or 1,
+        precision=run_config.get("precision"),
         command=training_command(run_config),
         paper=paper_reference(run_config, eval_results),
         adaptive=adaptive_card,
@@ -233,8 +234,9 @@ def training_command(run_config: dict) -> str:
     if processes > 1 and "--use_cpu" in argv:  # gloo on the CPU, as make demo launches it (see README)
         launcher = (f"ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes {processes} "
                     "--num_machines 1 --mixed_precision no --dynamo_backend no ")  # fmt: skip
-    elif processes > 1:
-        launcher = f"accelerate launch --num_processes {processes} "
+    elif processes > 1:  # GPUs: the project's accelerate config (the preset or the flags set the precision)
+        config = os.path.join("configuration", "accelerate", "multi_gpu.yaml")
+        launcher = f"accelerate launch --config_file {config} --num_processes {processes} "
     return launcher + " ".join([script, *argv[1:]])
 
 

@@ -11,6 +11,8 @@ from dataclasses import asdict
 
 import torch
 
+from .devices import describe_precision
+
 
 def run_record(data_args, model_args, run_args, training_args, preset: dict, config_values: dict, example: dict):
     """The run's record, as `run_config.json` holds it.
@@ -41,6 +43,7 @@ def run_record(data_args, model_args, run_args, training_args, preset: dict, con
         "command": sys.argv,
         "machine": machine_description(),
         "processes": training_args.world_size,
+        "precision": describe_precision(training_args),
         "example": example,
     }
 
