@@ -31,10 +31,14 @@ from huggingface_hub import DatasetCardData
 
 from modeling_ndr import ctl_tables, load_task, task_label_names, task_readout
 from modeling_ndr.tasks import GENERATOR_VERSION, SPLIT_NAMES
+from modeling_ndr.training.atomic import atomic_folder
+from modeling_ndr.training.errors import exit_on_usage_error
 
 
 HUB_CARDS = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HUB_CARDS, "datasets")
+# what a repository folder holds; an existing folder with other files (a clone of the Hub repository) is not replaced
+REPO_FILES = ("README.md", "data/*.parquet")
 
 # task -> config name -> load_task options. The first config is the default one.
 CONFIGS = {
@@ -372,15 +376,18 @@ def write_repo(
     """Generate one task (every config) and write its repository folder `<out>/ndr-<task>/`; returns the folder."""
     repo_dir = os.path.join(out, repo_name(task))
     variants, file_sizes = {}, {}
-    for config, options in CONFIGS[task].items():
-        dataset = load_task(task, seed=seed, n_train=n_train, n_eval=n_eval, cache_dir=cache_dir, **options)
-        for split in SPLIT_NAMES:
-            path = data_file(config, split)
-            os.makedirs(os.path.dirname(os.path.join(repo_dir, path)), exist_ok=True)
-            dataset[split].to_parquet(os.path.join(repo_dir, path))
-            file_sizes[path] = os.path.getsize(os.path.join(repo_dir, path))
-        variants[config] = dataset
-    write_card(task, seed, variants, file_sizes, repo_dir, namespace)
+    # written into a hidden sibling and renamed into place (atomic_folder): an interrupted build leaves the previous
+    # repository whole, never a mix of old and new splits
+    with atomic_folder(repo_dir, REPO_FILES) as staging:
+        for config, options in CONFIGS[task].items():
+            dataset = load_task(task, seed=seed, n_train=n_train, n_eval=n_eval, cache_dir=cache_dir, **options)
+            for split in SPLIT_NAMES:
+                path = data_file(config, split)
+                os.makedirs(os.path.dirname(os.path.join(staging, path)), exist_ok=True)
+                dataset[split].to_parquet(os.path.join(staging, path))
+                file_sizes[path] = os.path.getsize(os.path.join(staging, path))
+            variants[config] = dataset
+        write_card(task, seed, variants, file_sizes, staging, namespace)
     return repo_dir
 
 
@@ -404,4 +411,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_usage_error(main)  # a folder it must not replace: one line, exit status 2

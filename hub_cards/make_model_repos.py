@@ -33,6 +33,8 @@ import tempfile
 import torch
 
 from modeling_ndr.training import export_model, run_in_chunks
+from modeling_ndr.training.atomic import atomic_folder
+from modeling_ndr.training.errors import exit_on_usage_error
 
 
 HUB_CARDS = os.path.dirname(os.path.abspath(__file__))
@@ -169,16 +171,16 @@ def gpu_release(
 
 def _copy_release(name: str, run: str, org: str, models_dir: str = MODELS_DIR, max_bytes: int = MAX_BYTES) -> str:
     target = os.path.join(models_dir, name)
-    with tempfile.TemporaryDirectory() as staging:
+    # the new release is complete in a hidden sibling before it replaces the old one (atomic_folder): an interrupted
+    # build, or one over the size budget, leaves the previous release as it was
+    with tempfile.TemporaryDirectory() as staging, atomic_folder(target) as new:
         export_model(run, staging, repo_id=f"{org}/{name}")  # re-render the card for the released hub id
-        shutil.rmtree(target, ignore_errors=True)
-        os.makedirs(target)
         for file in RELEASED_FILES:
             if os.path.isfile(os.path.join(staging, file)):
-                shutil.copy2(os.path.join(staging, file), target)
-    size = sum(os.path.getsize(os.path.join(target, file)) for file in os.listdir(target))
-    if size > max_bytes:
-        raise SystemExit(f"[release] {name}: {size / 2**20:.1f} MB is over the {max_bytes / 2**20:.0f} MB budget")
+                shutil.copy2(os.path.join(staging, file), new)
+        size = sum(os.path.getsize(os.path.join(new, file)) for file in os.listdir(new))
+        if size > max_bytes:
+            raise SystemExit(f"[release] {name}: {size / 2**20:.1f} MB is over the {max_bytes / 2**20:.0f} MB budget")
     print(f"[release] {name}: {target} ({size / 2**20:.2f} MB)")
     return target
 
@@ -243,4 +245,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_usage_error(main)  # a folder it must not replace: one line, exit status 2

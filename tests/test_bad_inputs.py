@@ -197,14 +197,15 @@ def load_train():
     return load_script("training/train.py", "ndr_train_bad_inputs")
 
 
-def test_train_command_line_errors_are_one_line():
+def test_train_command_line_errors_are_one_line(tmp_path):
     bad_type = run_script("train.py", "--hidden_size", "abc")
     assert bad_type.returncode == 2 and bad_type.stderr.strip().count("\n") == 0, bad_type.stderr
     assert "argument --hidden_size/--hidden-size: invalid int value: 'abc'" in bad_type.stderr
     bad_value = run_script("train.py", "--preset", "ctl_cpu", "--config_overrides", "gate_dropout=1.5",
-                           "--output_dir", "/nonexistent/unused")  # fmt: skip
+                           "--output_dir", str(tmp_path / "unused"))  # fmt: skip
     assert bad_value.returncode == 2 and bad_value.stderr.strip().count("\n") == 0, bad_value.stderr
     assert "NDRConfig.gate_dropout=1.5 is invalid" in bad_value.stderr
+    assert not (tmp_path / "unused").exists(), "a refused run leaves no folder behind"
 
 
 @pytest.mark.parametrize(

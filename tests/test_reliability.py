@@ -71,6 +71,29 @@ def test_a_second_process_on_a_locked_folder_stops_at_once_naming_the_holder(tmp
     assert "(started 20" in message, "the holder's start time is named"
 
 
+def test_train_py_refuses_a_folder_a_live_run_holds_before_reading_anything(tmp_path):
+    holder = start_holder(tmp_path / "run")
+    try:
+        start = time.perf_counter()
+        second = subprocess.run(
+            [sys.executable, str(REPO / "training" / "train.py"), "--preset", "ctl_cpu", "--output_dir",
+             str(tmp_path / "run")],
+            capture_output=True, text=True, timeout=300, cwd=REPO,
+        )  # fmt: skip
+        seconds = time.perf_counter() - start
+        left = sorted(path.name for path in (tmp_path / "run").iterdir())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert second.returncode == 2, second.stderr[-2000:]
+    expected = f"train.py: error: --output_dir {tmp_path / 'run'} is in use by process {holder.pid} on host "
+    assert second.stderr.strip().splitlines()[-1].startswith(expected), second.stderr[-2000:]
+    assert "Traceback" not in second.stderr
+    assert left == [locking.LOCK_FILE], "the second run wrote nothing next to the holder's lock"
+    # refused before any data is generated: the time is the interpreter's and the imports'
+    print(f"second train.py refused in {seconds:.1f} s")
+
+
 def test_the_lock_file_names_the_holder_and_the_lock_is_exclusive_within_a_process(tmp_path):
     with locking.lock_output_dir(str(tmp_path)):
         holder = json.loads((tmp_path / locking.LOCK_FILE).read_text())
@@ -513,6 +536,7 @@ def checkpointed_run(train_script, tmp_path_factory):
     (folder / "train.jsonl").write_text(jsonl(rows))
     argv = ["--train_file", str(folder / "train.jsonl"), "--max_steps", "4", "--output_dir", str(folder / "run")]
     train_script.main(argv + TINY_RUN)
+    assert not (folder / "run" / locking.LOCK_FILE).exists(), "the run's lock is released when it ends"
     return folder
 
 
@@ -605,3 +629,87 @@ def test_problem_types_train_py_does_not_train_are_refused_before_training(train
     argv = ["--train_file", str(checkpointed_run / "train.jsonl"), "--max_steps", "1", "--output_dir", str(tmp_path)]
     with pytest.raises(UsageError, match="--config_overrides problem_type='regression': train.py trains single-label"):
         train_script.main(argv + TINY_RUN + ["--config_overrides", "problem_type=regression"])
+
+
+def test_overwrite_output_dir_is_refused_saying_why(train_script, tmp_path):
+    with pytest.raises(UsageError, match="--overwrite_output_dir is gone from transformers 5, and train.py never "):
+        train_script.main(["--preset", "ctl_cpu", "--output_dir", str(tmp_path), "--overwrite_output_dir"])
+
+
+# ------------------------------------------------------------------- exports, releases, dataset repositories
+
+
+def folder_bytes(path: Path) -> dict:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_an_interrupted_export_leaves_the_previous_export_whole(run_copy, monkeypatch):
+    from modeling_ndr.training import export
+
+    before = folder_bytes(run_copy / "export")
+    assert "model.safetensors" in before and "README.md" in before
+
+    def card_fails(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C after the weights were written
+
+    monkeypatch.setattr(export, "build_model_card", card_fails)
+    with pytest.raises(KeyboardInterrupt):
+        export.export_model(str(run_copy), str(run_copy / "export"))
+    assert folder_bytes(run_copy / "export") == before, "the old export, byte for byte"
+    assert not [p.name for p in run_copy.iterdir() if p.name.startswith(".export.")], "no half-written sibling left"
+
+
+def test_a_completed_export_replaces_the_previous_one(run_copy):
+    from modeling_ndr.training import export
+
+    (run_copy / "export" / "stale.json").write_text("{}")  # a file an older export wrote and this one does not
+    export.export_model(str(run_copy), str(run_copy / "export"), repo_id="me/new-name")
+    assert not (run_copy / "export" / "stale.json").exists(), "the new export alone"
+    assert "me/new-name" in (run_copy / "export" / "README.md").read_text()
+
+
+def test_an_export_never_replaces_a_folder_of_yours(train_script, checkpointed_run, run_copy, tmp_path):
+    from modeling_ndr.training import export
+
+    clone = tmp_path / "my-hub-clone"
+    (clone / ".git").mkdir(parents=True)
+    (clone / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    with pytest.raises(
+        UsageError, match=r"my-hub-clone: the folder holds files this command does not write \(.git/HEAD"
+    ):
+        export.export_model(str(run_copy), str(clone))
+    argv = ["--train_file", str(checkpointed_run / "train.jsonl"), "--max_steps", "1", "--export_dir", str(clone)]
+    with pytest.raises(UsageError, match=r"--export_dir .*my-hub-clone: the folder holds files"):
+        train_script.main(argv + ["--output_dir", str(tmp_path / "run")] + TINY_RUN)
+    assert not (tmp_path / "run" / "checkpoint-1").exists(), "refused before training"
+    assert (clone / ".git" / "HEAD").exists()
+
+
+def test_an_interrupted_release_build_leaves_the_previous_release(run_copy, tmp_path):
+    from scripts import load_script
+
+    make_model_repos = load_script("hub_cards/make_model_repos.py", "ndr_make_model_repos_reliability")
+    models = tmp_path / "models"
+    make_model_repos._copy_release("ndr-tiny", str(run_copy), "org", str(models))
+    before = folder_bytes(models / "ndr-tiny")
+    with pytest.raises(SystemExit, match="over the 0 MB budget"):  # a failure after every file was copied
+        make_model_repos._copy_release("ndr-tiny", str(run_copy), "other-org", str(models), max_bytes=1)
+    assert folder_bytes(models / "ndr-tiny") == before and sorted(p.name for p in models.iterdir()) == ["ndr-tiny"]
+
+
+def test_an_interrupted_dataset_build_leaves_the_previous_repository(tmp_path, monkeypatch):
+    from scripts import load_script
+
+    make_dataset_repos = load_script("hub_cards/make_dataset_repos.py", "ndr_make_dataset_repos_reliability")
+    sizes = {"n_train": 300, "n_eval": 40, "cache_dir": str(tmp_path / "cache")}
+    folder = Path(make_dataset_repos.write_repo("listops", str(tmp_path / "repos"), **sizes))
+    before = folder_bytes(folder)
+
+    def card_fails(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(make_dataset_repos, "write_card", card_fails)
+    with pytest.raises(OSError, match="No space left"):
+        make_dataset_repos.write_repo("listops", str(tmp_path / "repos"), seed=1, **sizes)
+    assert folder_bytes(folder) == before, "the previous splits and card, not a mix of seeds"
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["ndr-listops"]

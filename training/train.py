@@ -68,6 +68,10 @@ from modeling_ndr.training import (
     write_run_config,
 )
 from modeling_ndr.training.adaptive import export_summary
+from modeling_ndr.training.atomic import check_replaceable
+from modeling_ndr.training.checkpoints import saves_optimizer_states
+from modeling_ndr.training.export import EXPORT_FILES
+from modeling_ndr.training.locking import lock_output_dir
 
 
 logger = logging.getLogger("ndr.train")
@@ -77,6 +81,14 @@ def main(argv: list[str] | None = None) -> dict:
     # ---- arguments: the preset's values are the defaults, flags override them; every check before any data is made
     argv = sys.argv[1:] if argv is None else argv
     data_args, model_args, run_args, training_args, preset = parse_arguments(argv)
+    # one run per output folder: a second run started on it stops here, in one line naming the run that holds it
+    # (under DDP the main process holds it for all ranks)
+    with lock_output_dir(training_args.output_dir, enabled=training_args.should_save):
+        return run(argv, data_args, model_args, run_args, training_args, preset)
+
+
+def run(argv: list[str], data_args, model_args, run_args, training_args, preset: dict) -> dict:
+    """The run once its output folder is locked: the remaining checks, data, model, training, evaluation, export."""
     # stops the run with a checkpoint (exit 75) after --max_wall_minutes counted from here, or on SIGTERM/SIGUSR1
     time_box = TimeBoxCallback(run_args.max_wall_minutes, run_args.max_chunk_steps)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -90,12 +102,17 @@ def main(argv: list[str] | None = None) -> dict:
         resolve_checkpoint(model_args.model_name_or_path)
     if run_args.torch_threads:
         torch.set_num_threads(run_args.torch_threads)
-    resume = check_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    resume = check_resume(
+        training_args.resume_from_checkpoint, training_args.output_dir, saves_optimizer_states(training_args)
+    )
+    if run_args.export_dir:  # an export replaces its folder: one of yours (a clone) is refused now, not after training
+        check_replaceable(run_args.export_dir, EXPORT_FILES, "--export_dir")
 
     # ---- the labels: your own files (read and checked now), or the task's
+    sources = None  # what names each split of your own data in a message (a file, and its lines)
     if data_args.own_data:
         with training_args.main_process_first(desc="read the data files"):
-            raw, _, label_names = prepare_own_data(data_args)
+            raw, sources, label_names = prepare_own_data(data_args)
         eval_splits = [split for split in raw if split != "train"]
         texts = raw["train"]["text"]
     else:
@@ -119,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
                 raise UsageError(str(error)) from None
         else:
             warn_unknown_words(raw, tokenizer)
-        data = encode(raw, tokenizer, model.config.label2id)
+        data = encode(raw, tokenizer, model.config.label2id, sources)
     with training_args.main_process_first(desc="load the evaluate metric"):
         depth_accuracy = load_depth_accuracy()
     logger.info("model: %s parameters, config %s", f"{model.num_parameters():,}", model.config.to_diff_dict())

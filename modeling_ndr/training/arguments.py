@@ -184,6 +184,12 @@ def parse_arguments(argv: list[str]):
             parser.set_defaults(**{name: str(value) for name, value in precision.items()})
             data_args, model_args, run_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     except ValueError as error:  # TrainingArguments' own consistency checks, unused arguments
+        if any(arg.split("=")[0] in ("--overwrite_output_dir", "--overwrite-output-dir") for arg in argv):
+            raise UsageError(
+                "--overwrite_output_dir is gone from transformers 5, and train.py never deletes an output folder: "
+                "choose a new --output_dir, resume this one with --resume_from_checkpoint auto, or delete it yourself "
+                "(a folder a running run holds is refused)"
+            ) from None
         raise UsageError(str(error).strip().splitlines()[0]) from None
     return data_args, model_args, run_args, training_args, preset
 

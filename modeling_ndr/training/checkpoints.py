@@ -101,6 +101,19 @@ def checkpoint_problem(folder: str, optimizer_states: bool = True) -> str | None
     return None
 
 
+def saves_optimizer_states(training_args) -> bool:
+    """Whether this run's checkpoints hold `optimizer.pt` and `scheduler.pt` (not with `--save_only_model`, nor where
+    DeepSpeed or FSDP write the states in their own layout), so that `checkpoint_problem` asks for them.
+
+    Args:
+        training_args: the run's `TrainingArguments`.
+
+    Returns:
+        True for a plain Trainer run.
+    """
+    return not (training_args.save_only_model or training_args.deepspeed or training_args.fsdp)
+
+
 def check_resume(resume: str | None, output_dir: str, optimizer_states: bool = True) -> str | None:
     """The checkpoint folder to resume from, after checking that it is complete.
 

@@ -21,6 +21,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..modeling_ndr import NDRForSequenceClassification
 from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
+from .atomic import atomic_folder, check_replaceable
 from .presets import REPO_ROOT
 
 
@@ -214,6 +215,9 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
 
 
 TOKENIZER_FILE = "tokenizer.json"
+# what an export folder holds (config, tokenizer and results files, weights, modeling code, the card): an existing
+# folder holding anything else (a git clone, your notes) is not replaced by an export
+EXPORT_FILES = ("*.json", "*.safetensors", "*.py", "*.md")
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -261,6 +265,7 @@ def export_model(
     """
     if not os.path.isdir(checkpoint_dir):
         raise FileNotFoundError(f"{checkpoint_dir}: no such checkpoint folder")
+    check_replaceable(out_dir, EXPORT_FILES)  # before any work: a folder of yours is never replaced
     for name in ("config.json", "model.safetensors", TOKENIZER_FILE):
         if not os.path.isfile(os.path.join(checkpoint_dir, name)):
             hint = " (train.py saves the tokenizer with every checkpoint)" if name == TOKENIZER_FILE else ""
@@ -280,13 +285,14 @@ def export_model(
         # (make_model_repos --refresh) gives the same folder
         study = adaptive.adaptive_study(model, tokenizer, run_config["task"])
         eval_results, run_config = study["results"], {**run_config, "adaptive_steps": study["selection"]}
-    os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir)  # weights, config with auto_map, and the modeling code
-    tokenizer.save_pretrained(out_dir)
     repo_id = repo_id or run_config.get("hub_model_id") or f"your-org/{default_model_name(run_config)}"
-    build_model_card(model, eval_results, run_config, repo_id).save(os.path.join(out_dir, "README.md"))
-    with open(os.path.join(out_dir, "eval_results.json"), "w") as f:
-        json.dump(eval_results, f, indent=2)
-    with open(os.path.join(out_dir, "run_config.json"), "w") as f:
-        json.dump(run_config, f, indent=2, default=str)
+    # written into a hidden sibling and renamed into place: an interrupted export leaves the previous one whole
+    with atomic_folder(out_dir, EXPORT_FILES) as staging:
+        model.save_pretrained(staging)  # weights, config with auto_map, and the modeling code
+        tokenizer.save_pretrained(staging)
+        build_model_card(model, eval_results, run_config, repo_id).save(os.path.join(staging, "README.md"))
+        with open(os.path.join(staging, "eval_results.json"), "w") as f:
+            json.dump(eval_results, f, indent=2)
+        with open(os.path.join(staging, "run_config.json"), "w") as f:
+            json.dump(run_config, f, indent=2, default=str)
     return out_dir
