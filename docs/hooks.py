@@ -74,21 +74,32 @@ def render_tables(markdown: str, results: Path = RESULTS) -> str:
 PAPER_OOD_TEST = {"ctl forward": "1.00", "ctl backward": "1.00", "arithmetic": "0.98 ± 0.01", "listops": "0.99 ± 0.01"}
 
 
+def fixed_steps_accuracy(result: dict) -> float:
+    """A split's accuracy with the fixed step count of training (the same as loaded for models without adaptive
+    steps, whose results have no `fixed_steps` entry)."""
+    return result.get("fixed_steps", result)["accuracy"]
+
+
 def render_released(models: Path = RELEASED) -> str:
-    """One row per released folder: task, accuracy per split, the paper's ood_test, and the training run."""
+    """One row per released folder: task, accuracy per split as loaded, ood_test (and CTL's deeper compositions) with
+    the fixed steps of training, the paper's ood_test, and the training run."""
     lines = [
-        "| repository | task | iid_test | ood_valid | ood_test | the paper's ood_test | trained |",
-        "|---|---|---|---|---|---|---|",
+        "| repository | task | iid_test | ood_valid | ood_test | ood_test, fixed steps | 11–12 functions: as loaded "
+        "/ fixed steps | the paper's ood_test | trained |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for folder in sorted(path for path in models.iterdir() if (path / "eval_results.json").is_file()):
         results = json.loads((folder / "eval_results.json").read_text())
         run = json.loads((folder / "run_config.json").read_text())
         task = run["task"]["task"] + (f" {run['task']['direction']}" if run["task"].get("direction") else "")
         scores = [format_value(results[split]["accuracy"]) if split in results else "" for split in SPLITS]
+        fixed = format_value(fixed_steps_accuracy(results["ood_test"])) if "ood_test" in results else ""
+        deeper = results.get("deeper")
+        deeper = f"{deeper['accuracy']:.3f} / {fixed_steps_accuracy(deeper):.3f}" if deeper else ""
         minutes = run.get("training", {}).get("seconds", 0) / 60
         machine = run["machine"].split(", torch")[0]  # the torch build is on the card
         trained = f"`{run['preset']}`: {minutes:.1f} min, {run.get('processes', 1)} process(es) on {machine}"
-        cells = [f"`{folder.name}`", task, *scores, PAPER_OOD_TEST.get(task, ""), trained]
+        cells = [f"`{folder.name}`", task, *scores, fixed, deeper, PAPER_OOD_TEST.get(task, ""), trained]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
