@@ -9,6 +9,7 @@ Modules, in the order `train.py` uses them:
 - `errors`: `UsageError` (a one-line user error, exit status 2), `first_line`, `exit_on_usage_error`
 - `arguments`: `DataArguments`, `ModelArguments`, `RunArguments`, `parse_arguments` (presets as the parser's
   defaults), `flags_on_command_line`, and the checks of the data source and `--metric_for_best_model`
+- `locking`: one run per output folder (`lock_output_dir`: a second run fails at once, naming the holder)
 - `presets`: presets (`configuration/NAME.yaml`, `base:`), model variants, `--config_overrides`, `config_values`
 - `data`: your own files or dataset, read and checked; label names; `encode`
 - `checkpoints`: a new model or a checkpoint adapted to the data; the checkpoint to resume from
@@ -18,6 +19,7 @@ Modules, in the order `train.py` uses them:
   `run_in_chunks`, the driver that resumes them until they finish
 - `records`: `run_config.json` and the machine description
 - `export`: the hub-ready folder and its model card
+- `atomic`: folders written whole or not at all (`atomic_folder`): exports, release folders, dataset repositories
 - `adaptive`: for a CTL export, the adaptive-steps threshold chosen on `ood_valid`, and fixed against adaptive steps
   per split and depth (on the task's splits and on deeper compositions)
 """
@@ -33,17 +35,25 @@ from .arguments import (
     flags_on_command_line,
     parse_arguments,
 )
+from .atomic import atomic_folder, check_replaceable, clean_leftovers
 from .checkpoints import (
     RESUME_LATEST,
     adapted_checkpoint,
     build_tokenizer_and_model,
+    check_problem_type,
     check_resume,
+    checkpoint_problem,
     label_config,
+    latest_complete_checkpoint,
     new_model,
     resolve_checkpoint,
+    saves_optimizer_states,
 )
 from .data import (
+    Source,
+    check_eval_labels,
     encode,
+    first_problem_in_file,
     label_namer,
     label_names_of,
     load_dataset_splits,
@@ -51,11 +61,13 @@ from .data import (
     read_data_file,
     read_own_data,
     standard_columns,
+    warn_long_texts,
     warn_unknown_words,
 )
 from .devices import apply_total_batch_size, describe_precision, per_device_batch_size, precision_defaults
 from .errors import UsageError, exit_on_usage_error, first_line
-from .export import build_model_card, export_model, results_table
+from .export import EXPORT_FILES, build_model_card, export_model, results_table
+from .locking import OutputDirLock, lock_output_dir
 from .preemption import EXIT_STOPPED, TimeBoxCallback, TrainingStopped, run_in_chunks
 from .presets import config_values, parse_config_overrides, read_preset, read_variant
 from .records import machine_description, run_record, training_record, write_run_config
@@ -91,7 +103,14 @@ __all__ = [
     "parse_config_overrides",
     "read_preset",
     "read_variant",
+    # locking
+    "OutputDirLock",
+    "lock_output_dir",
     # data
+    "Source",
+    "check_eval_labels",
+    "first_problem_in_file",
+    "warn_long_texts",
     "encode",
     "label_namer",
     "label_names_of",
@@ -105,7 +124,11 @@ __all__ = [
     "RESUME_LATEST",
     "adapted_checkpoint",
     "build_tokenizer_and_model",
+    "check_problem_type",
     "check_resume",
+    "checkpoint_problem",
+    "latest_complete_checkpoint",
+    "saves_optimizer_states",
     "label_config",
     "new_model",
     "resolve_checkpoint",
@@ -137,4 +160,9 @@ __all__ = [
     "build_model_card",
     "export_model",
     "results_table",
+    "EXPORT_FILES",
+    # atomic
+    "atomic_folder",
+    "check_replaceable",
+    "clean_leftovers",
 ]
