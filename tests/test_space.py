@@ -71,9 +71,10 @@ def test_explore_shows_fixed_and_adaptive_predictions_and_three_maps(space):
     assert len(images) == 3 and all(Path(image).stat().st_size > 1000 for image in images)
 
 
-def test_a_drawn_input_has_the_depth_asked_for_and_its_true_answer():
-    app = load_script("hub_cards/spaces/ndr-routing/app.py", "ndr_space_app_draw")
+def test_a_drawn_input_has_the_depth_asked_for_and_its_true_answer(space):
     from modeling_ndr.tasks import ctl_tables
+
+    app, _ = space
 
     text, truth = app.draw_sample("ndr-ctl-forward", 5, sample_seed=7)
     symbol, *functions = text.split()
