@@ -713,3 +713,13 @@ def test_an_interrupted_dataset_build_leaves_the_previous_repository(tmp_path, m
         make_dataset_repos.write_repo("listops", str(tmp_path / "repos"), seed=1, **sizes)
     assert folder_bytes(folder) == before, "the previous splits and card, not a mix of seeds"
     assert sorted(p.name for p in folder.parent.iterdir()) == ["ndr-listops"]
+
+
+def test_evaluate_model_names_the_line_of_a_bad_row(tmp_path):
+    from scripts import load_script
+
+    evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model_reliability")
+    (tmp_path / "e.jsonl").write_text('{"text": "1 2", "label": "a"}\n\n{"text": "3", "label": null}\n')
+    model = str(REPO / "hub_cards" / "models" / "ndr-ctl-forward")
+    with pytest.raises(UsageError, match=r"--file .*e.jsonl line 3: column 'label' is null"):
+        evaluate_model.main([model, "--file", str(tmp_path / "e.jsonl")])

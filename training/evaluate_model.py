@@ -33,6 +33,7 @@ from modeling_ndr.tasks import ctl_compositions
 from modeling_ndr.training import (
     EVAL_SPLITS,
     DataArguments,
+    Source,
     UsageError,
     encode,
     exit_on_usage_error,
@@ -130,7 +131,7 @@ def load_splits(args) -> dict[str, datasets.Dataset]:
         if name in splits:
             raise UsageError(f"--file {item}: there is already a split named {name!r}")
         dataset = read_data_file("--file", path, "evaluation")
-        splits[name] = standard_columns(dataset, f"--file {path}", columns)
+        splits[name] = standard_columns(dataset, Source(f"--file {path}", path), columns)  # errors name the line
     return splits
 
 
