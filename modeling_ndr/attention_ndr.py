@@ -18,7 +18,6 @@ Tensor dimensions: b batch, h heads, i query, j key (n positions), d hidden size
 """
 
 import math
-from functools import lru_cache
 
 import torch
 from torch import nn
@@ -26,7 +25,7 @@ from torch.nn import functional as F
 
 from .configuration_ndr import NDRConfig
 from .dropout_ndr import NDRDropout
-from .geometric_ndr import geometric_attention_weights
+from .geometric_ndr import cached_per_length, direction_logits, geometric_attention_weights
 
 
 def sinusoidal_encoding(positions: torch.Tensor, dim: int) -> torch.Tensor:
@@ -48,19 +47,35 @@ def position_ids(attention_mask: torch.Tensor | None, batch: int, seq: int, devi
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-@lru_cache(maxsize=64)
+@cached_per_length
 def _relative_index(n: int, device: torch.device) -> torch.Tensor:
-    """For each (i, j), the row of a table of offsets -(n-1) .. n-1 that holds `j - i`: (n, n)."""
+    """For each (i, j), the row of a table of offsets -(n-1) .. n-1 that holds `j - i`: (n, n). The indices of a row
+    differ, so the gather's backward adds each gradient once (deterministic on CUDA)."""
     i = torch.arange(n, device=device).unsqueeze(1)
     j = torch.arange(n, device=device).unsqueeze(0)
     return j - i + n - 1
 
 
-def direction_logits(content: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """`content_ij + (right_i if j > i else left_i)` for (b, h, n, n) content and (b, h, n) terms."""
-    n = content.shape[-1]
-    key_is_right = torch.ones(n, n, dtype=torch.bool, device=content.device).triu(1)
-    return content + torch.where(key_is_right, right.unsqueeze(-1), left.unsqueeze(-1))
+def linear(in_features: int, out_features: int, init_role: str, bias: bool = True) -> nn.Linear:
+    """An `nn.Linear` tagged with how `NDRPreTrainedModel._init_weights` starts it (`init_role`, one of the roles that
+    method lists), so that initialising a projection needs no search through the model."""
+    layer = nn.Linear(in_features, out_features, bias=bias)
+    layer.init_role = init_role
+    return layer
+
+
+def concatenated_linear(*layers: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weights and biases of `layers` (which read the same input) concatenated, so that they are one matrix
+    product (faster than one per layer, also in the backward): (sum of out_features, in_features) and
+    (sum of out_features,). Under autocast they are cast to its dtype here, so a caller that reuses them over several
+    steps casts them once, not at every step's product."""
+    weight = torch.cat([layer.weight for layer in layers])
+    bias = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.out_features) for p in layers])
+    device_type = weight.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+        weight, bias = weight.to(dtype), bias.to(dtype)
+    return weight, bias
 
 
 def softmax_attention_weights(logits: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -74,7 +89,9 @@ def softmax_attention_weights(logits: torch.Tensor, attention_mask: torch.Tensor
 class NDRAttentionBase(nn.Module):
     """What all attention classes share: the heads, the position terms and turning scores into weights.
 
-    Subclasses make `query` (already scaled), `key` (after key dropout) and `value` and call `attend`."""
+    Subclasses make `query` (already scaled), `key` (after key dropout) and `value` and call `attend`. What every step
+    reuses (concatenated projection weights, the position table) is computed once per forward by `precompute`, which
+    the model calls before its step loop; an attention module called on its own computes it itself."""
 
     def __init__(self, config: NDRConfig):
         super().__init__()
@@ -86,13 +103,17 @@ class NDRAttentionBase(nn.Module):
         self.key_dropout = NDRDropout(config.attention_dropout)
         d, h = config.hidden_size, config.num_attention_heads
         if config.position_encoding == "direction":
-            self.direction_proj = nn.Linear(d, 2 * h)  # (left, right) logit terms per head, from the query column
+            self.direction_proj = linear(
+                d, 2 * h, "projection"
+            )  # (left, right) logit terms per head, from the query column
             self.direction_scale = nn.Parameter(torch.empty(1))  # beta
         if config.position_encoding in ("relative", "gated"):
-            self.relative_proj = nn.Linear(d, d, bias=False)  # W_p, applied to sinusoidal encodings
+            self.relative_proj = linear(d, d, "projection", bias=False)  # W_p, applied to sinusoidal encodings
             self.relative_position_bias = nn.Parameter(torch.empty(h, self.head_size))  # v of Transformer-XL
         if config.position_encoding == "gated":
-            self.position_gate_proj = nn.Linear(d, h)  # r_i = sigmoid(W_r h_i + b_r): relative (1) or absolute (0)
+            self.position_gate_proj = linear(
+                d, h, "projection"
+            )  # r_i = sigmoid(W_r h_i + b_r): relative (1) or absolute (0)
         if config.attention_type == "geometric":
             self.logit_bias = nn.Parameter(torch.empty(1))  # gamma
 
@@ -104,24 +125,38 @@ class NDRAttentionBase(nn.Module):
         b, _, n, _ = x.shape
         return x.transpose(1, 2).reshape(b, n, -1)  # (b, n, d)
 
+    def precompute(self, hidden_states: torch.Tensor) -> dict:
+        """What every step of one forward reuses, from the first step's `hidden_states` (b, n, d): the position table
+        (relative and gated position terms)."""
+        if self.position_encoding not in ("relative", "gated"):
+            return {}
+        return {"position_table": self.position_table(hidden_states.shape[1], hidden_states)}
+
+    def position_table(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        """`W_p P(t)` per head for the offsets t = -(n-1) .. n-1: (h, 2n - 1, e), in `like`'s dtype and device. Row
+        `n - 1 + t` holds offset t, so rows n-1 .. 2n-2 are also `W_p P(j)` of the positions j = 0 .. n-1."""
+        offsets = torch.arange(-(n - 1), n, device=like.device)  # (2n - 1,)
+        table = self.relative_proj(sinusoidal_encoding(offsets, like.shape[-1]).to(like.dtype))  # (2n - 1, d)
+        return table.view(2 * n - 1, self.num_heads, self.head_size).transpose(0, 1)  # (h, 2n - 1, e)
+
     def relative_logits(
-        self, hidden_states: torch.Tensor, position_query: torch.Tensor, attention_mask: torch.Tensor | None
+        self,
+        hidden_states: torch.Tensor,
+        position_query: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_table: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`(q_i + v) . W_p P(j - i)` (relative), or for `gated` that term times `r_i` plus `(1 - r_i)` times the
         absolute term `(q_i + v) . W_p P(j)`. `position_query` is the (scaled) `q_i + v`:
-        (b, h, n, e) → (b, h, n, n)."""
-        b, n, d = hidden_states.shape
-        offsets = torch.arange(-(n - 1), n, device=hidden_states.device)  # (2n - 1,)
-        table = self.relative_proj(sinusoidal_encoding(offsets, d).to(hidden_states.dtype))  # (2n - 1, d)
-        table = table.view(2 * n - 1, self.num_heads, self.head_size).transpose(0, 1)  # (h, 2n - 1, e)
+        (b, h, n, e) → (b, h, n, n). `position_table` is `position_table(n, hidden_states)` if already computed."""
+        b, n, _ = hidden_states.shape
+        table = self.position_table(n, hidden_states) if position_table is None else position_table
         by_offset = position_query @ table.transpose(-1, -2)  # (b, h, n, 2n - 1)
         relative = by_offset.gather(-1, _relative_index(n, hidden_states.device).expand(b, self.num_heads, n, n))
         if self.position_encoding == "relative":
             return relative
-        positions = position_ids(attention_mask, b, n, hidden_states.device)
-        absolute_table = self._split_heads(
-            self.relative_proj(sinusoidal_encoding(positions, d).to(hidden_states.dtype))
-        )  # (b, h, n, e): W_p P(j) of every key
+        positions = position_ids(attention_mask, b, n, hidden_states.device)  # (b, n)
+        absolute_table = table[:, n - 1 + positions].transpose(0, 1)  # (b, h, n, e): W_p P(j) of every key
         absolute = position_query @ absolute_table.transpose(-1, -2)  # (b, h, n, n)
         gate = torch.sigmoid(self.position_gate_proj(hidden_states)).transpose(1, 2).unsqueeze(-1)  # (b, h, n, 1)
         return gate * relative + (1 - gate) * absolute
@@ -136,9 +171,11 @@ class NDRAttentionBase(nn.Module):
         need_weights: bool,
         position_query: torch.Tensor | None = None,
         direction: torch.Tensor | None = None,
+        position_table: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Scores, position terms, weights and the weighted values: (b, h, n, e) each → ((b, h, n, e), weights).
-        `direction` is `direction_proj(hidden_states)` if the caller has computed it already: (b, n, 2h)."""
+        `direction` is `direction_proj(hidden_states)` if the caller has computed it already: (b, n, 2h);
+        `position_table` is what `precompute` holds."""
         b, n, _ = hidden_states.shape
         left = right = None
         if self.position_encoding == "direction":
@@ -155,7 +192,7 @@ class NDRAttentionBase(nn.Module):
 
         position_logits = None
         if position_query is not None:
-            position_logits = self.relative_logits(hidden_states, position_query, attention_mask)
+            position_logits = self.relative_logits(hidden_states, position_query, attention_mask, position_table)
         if self.attention_type == "geometric":
             # gamma joins the per-row terms, which the geometric kernel adds itself
             if left is None:
@@ -204,29 +241,47 @@ class NDRDotProductAttention(NDRAttentionBase):
     def __init__(self, config: NDRConfig):
         super().__init__(config)
         d = config.hidden_size
-        self.q_proj = nn.Linear(d, d, bias=True)  # the bias is the content bias (u of Transformer-XL)
-        self.k_proj = nn.Linear(d, d, bias=False)
-        self.v_proj = nn.Linear(d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=False)
+        self.q_proj = linear(d, d, "projection")  # the bias is the content bias (u of Transformer-XL)
+        self.k_proj = linear(d, d, "projection", bias=False)
+        self.v_proj = linear(d, d, "projection", bias=False)
+        self.o_proj = linear(d, d, "projection", bias=False)
         if config.attention_type == "geometric" or config.position_encoding in ("relative", "gated"):
             self.scale = nn.Parameter(torch.empty(1))
         else:
             self.scale = 1.0 / math.sqrt(self.head_size)  # a constant, not a buffer: nothing to save or to load
 
-    def projections(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """`q_proj`, `k_proj`, `v_proj` (and `direction_proj`) of `hidden_states` as one matrix product: their
-        weights are concatenated for the call, which is faster on the CPU than four products (and their backward)."""
+    def _projections(self) -> list[nn.Linear]:
         projections = [self.q_proj, self.k_proj, self.v_proj]
         if self.position_encoding == "direction":
             projections.append(self.direction_proj)
-        weight = torch.cat([projection.weight for projection in projections])
-        bias = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.out_features) for p in projections])
-        return F.linear(hidden_states, weight, bias).split([p.out_features for p in projections], dim=-1)
+        return projections
+
+    def fused_projection(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """`q_proj`, `k_proj`, `v_proj` (and `direction_proj`) as one layer (`concatenated_linear`)."""
+        return concatenated_linear(*self._projections())
+
+    def precompute(self, hidden_states: torch.Tensor) -> dict:
+        """`NDRAttentionBase.precompute` plus the fused projection (`fused_projection`)."""
+        return {**super().precompute(hidden_states), "projection": self.fused_projection()}
+
+    def projections(
+        self, hidden_states: torch.Tensor, projection: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """`q_proj`, `k_proj`, `v_proj` (and `direction_proj`) of `hidden_states`, as one matrix product with
+        `projection` (`fused_projection()` if not given)."""
+        weight, bias = self.fused_projection() if projection is None else projection
+        return F.linear(hidden_states, weight, bias).split([p.out_features for p in self._projections()], dim=-1)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, need_weights: bool = True
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        precomputed: dict | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query, key, value, *direction = self.projections(hidden_states)
+        """`precomputed` is what `precompute` returned for this forward (computed here if not given)."""
+        precomputed = self.precompute(hidden_states) if precomputed is None else precomputed
+        query, key, value, *direction = self.projections(hidden_states, precomputed["projection"])
         query = self._split_heads(query) * self.scale  # scale (b, h, n, e), not (n, n)
         key = self._split_heads(self.key_dropout(key))
         value = self._split_heads(value)
@@ -244,6 +299,7 @@ class NDRDotProductAttention(NDRAttentionBase):
             need_weights,
             position_query=position_query,
             direction=direction[0] if direction else None,
+            position_table=precomputed.get("position_table"),
         )
         return self.o_proj(self._merge_heads(output)), weights
 
@@ -282,8 +338,8 @@ class NDRMetricAttention(NDRAttentionBase):
     def __init__(self, config: NDRConfig):
         super().__init__(config)
         d = config.hidden_size
-        self.p_proj = nn.Linear(d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=False)
+        self.p_proj = linear(d, d, "projection", bias=False)
+        self.o_proj = linear(d, d, "projection", bias=False)
         self.metric_tensor_type = config.metric_tensor
         _, shape = METRIC_PARAMETRIZATIONS[config.metric_tensor]
         self.metric = nn.Parameter(torch.empty(shape(self.num_heads, self.head_size)))
@@ -295,8 +351,13 @@ class NDRMetricAttention(NDRAttentionBase):
         return build(self.metric)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, need_weights: bool = True
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        precomputed: dict | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Metric attention has no position table (`precomputed` is accepted for the common interface)."""
         projected = self.p_proj(hidden_states)
         value = self._split_heads(projected)  # (b, h, n, e)
         key = self._split_heads(self.key_dropout(projected))
@@ -318,6 +379,8 @@ __all__ = [
     "ATTENTION_WEIGHT_FUNCTIONS",
     "METRIC_PARAMETRIZATIONS",
     "attention",
+    "concatenated_linear",
+    "linear",
     "sinusoidal_encoding",
     "position_ids",
 ]

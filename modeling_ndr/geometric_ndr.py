@@ -27,6 +27,7 @@ Both flush weights below the smallest normal float to 0: denormal numbers make t
 Tensor dimensions: b batch, h heads, i query, j key (both in range n).
 """
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -309,7 +310,11 @@ def geometric_attention_weights(
     if (left is None) != (right is None):
         raise ValueError("Pass both left and right, or neither.")
     dtype = torch.promote_types(logits.dtype, torch.float32)
-    with torch.autocast(device_type=logits.device.type, enabled=False):
+    device_type = logits.device.type
+    autocast_off = contextlib.nullcontext()  # devices without autocast (meta) compute in the given dtype anyway
+    if torch.amp.is_autocast_available(device_type):
+        autocast_off = torch.autocast(device_type, enabled=False)
+    with autocast_off:
         content = logits.to(dtype)
         if left is not None:
             left, right = left.to(dtype), right.to(dtype)

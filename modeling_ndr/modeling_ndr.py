@@ -38,6 +38,8 @@ from .attention_ndr import (
     NDRAttentionBase,
     NDRDotProductAttention,
     NDRMetricAttention,
+    concatenated_linear,
+    linear,
     position_ids,
     sinusoidal_encoding,
 )
@@ -47,38 +49,42 @@ from .geometric_ndr import geometric_attention_weights
 
 
 class NDRUpdate(nn.Module):
-    """The candidate new state: `LayerNorm(W_2 dropout(relu(W_1 m)))` — no residual, the copy gate mixes instead.
-
-    `forward` takes `W_1 m + b_1`: the layer computes the first layers of the update and of the gate in one matrix
-    product."""
+    """The candidate new state: `LayerNorm(W_2 dropout(relu(W_1 m)))` — no residual, the copy gate mixes instead."""
 
     def __init__(self, config: NDRConfig):
         super().__init__()
-        self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.fc_in = linear(config.hidden_size, config.intermediate_size, "relu_input")
+        self.fc_out = linear(config.intermediate_size, config.hidden_size, "update_output")
         self.dropout = NDRDropout(config.hidden_dropout_prob)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, inner: torch.Tensor) -> torch.Tensor:
+    def forward(self, mixed: torch.Tensor, inner: torch.Tensor | None = None) -> torch.Tensor:
+        """`mixed` (b, n, d) → (b, n, d). `inner` is `fc_in(mixed)` if the caller has it already (the layer computes
+        the first layers of the update and of the gate in one matrix product)."""
+        inner = self.fc_in(mixed) if inner is None else inner
         return self.layer_norm(self.fc_out(self.dropout(F.relu(inner))))
 
 
 class NDRCopyGate(nn.Module):
-    """Per column and channel, how much of the update to take: `sigmoid(G_2 dropout(relu(G_1 m)))`; `forward` takes
-    `G_1 m + c_1` (see `NDRUpdate`).
+    """Per column and channel, how much of the update to take: `sigmoid(G_2 dropout(relu(G_1 m)))`, in float32.
 
     Columns may be forced to copy (gate 0): by gate dropout in training, and where `update_mask` is 0 (padding, a
     column that has halted, a sample that has finished)."""
 
     def __init__(self, config: NDRConfig):
         super().__init__()
-        self.fc_in = nn.Linear(config.hidden_size, config.hidden_size)
-        self.fc_out = nn.Linear(config.hidden_size, config.hidden_size)  # its bias starts at gate_bias_init
+        self.fc_in = linear(config.hidden_size, config.hidden_size, "relu_input")
+        self.fc_out = linear(config.hidden_size, config.hidden_size, "gate_output")  # bias starts at gate_bias_init
         self.dropout = NDRDropout(config.hidden_dropout_prob)
         self.gate_dropout = config.gate_dropout
 
-    def forward(self, inner: torch.Tensor, update_mask: torch.Tensor | None = None) -> torch.Tensor:
-        gate = torch.sigmoid(self.fc_out(self.dropout(F.relu(inner))))  # (b, n, d)
+    def forward(
+        self, mixed: torch.Tensor, update_mask: torch.Tensor | None = None, inner: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """`mixed` (b, n, d) → gates (b, n, d). `inner` is `fc_in(mixed)` if the caller has it already."""
+        inner = self.fc_in(mixed) if inner is None else inner
+        # the sigmoid in float32: under autocast the product comes out in half precision, which would round the gate
+        gate = torch.sigmoid(self.fc_out(self.dropout(F.relu(inner))).float())  # (b, n, d)
         if self.training and self.gate_dropout > 0:
             # force whole columns of some samples to copy, so the model learns to rely on copying
             keep = torch.rand(gate.shape[:-1] + (1,), device=gate.device) >= self.gate_dropout  # (b, n, 1)
@@ -93,8 +99,8 @@ class NDRFeedForward(nn.Module):
 
     def __init__(self, config: NDRConfig):
         super().__init__()
-        self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.fc_in = linear(config.hidden_size, config.intermediate_size, "relu_input")
+        self.fc_out = linear(config.intermediate_size, config.hidden_size, "update_output")
         self.dropout = NDRDropout(config.hidden_dropout_prob)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
@@ -106,14 +112,15 @@ class NDRFeedForward(nn.Module):
 class NDRHalting(nn.Module):
     """ACT's halting unit: the probability `sigmoid(w . h + b)` that a column stops after this step.
 
-    (b, n, d) → (b, n)."""
+    (b, n, d) → (b, n), float32: the cumulative sum is compared with `act_threshold` (0.99), which half precision
+    cannot resolve."""
 
     def __init__(self, config: NDRConfig):
         super().__init__()
-        self.proj = nn.Linear(config.hidden_size, 1)  # its bias starts at act_halting_bias_init
+        self.proj = linear(config.hidden_size, 1, "halting")  # its bias starts at act_halting_bias_init
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.proj(hidden_states)).squeeze(-1)
+        return torch.sigmoid(self.proj(hidden_states).float()).squeeze(-1)
 
 
 class NDRLayer(GradientCheckpointingLayer):
@@ -121,7 +128,10 @@ class NDRLayer(GradientCheckpointingLayer):
 
     NDR (Sec. 3.1): `m = LN(h + dropout(attention(h)))`, `u = update(m)`, `g = copy_gate(m)`, `h <- g u + (1 - g) h`.
     Without the copy gate, the post-LN Transformer layer: `h <- LN(m + dropout(FFN(m)))`. Columns where `update_mask`
-    is 0 keep their state."""
+    is 0 keep their state.
+
+    Every child module runs on its own; the layer only computes once per forward what every step reuses
+    (`precompute`: concatenated projection weights, the position table), and the model passes it to each step."""
 
     def __init__(self, config: NDRConfig):
         super().__init__()
@@ -134,27 +144,40 @@ class NDRLayer(GradientCheckpointingLayer):
         else:
             self.feed_forward = NDRFeedForward(config)
 
+    def precompute(self, hidden_states: torch.Tensor) -> dict:
+        """What every step of one forward reuses, from the first step's `hidden_states`: the attention's
+        (`NDRAttentionBase.precompute`) and `W_1` and `G_1` as one layer, so that `W_1 m` and `G_1 m` are one matrix
+        product (the weights stay two modules, so checkpoints keep their keys)."""
+        precomputed = {"attention": self.attention.precompute(hidden_states)}
+        if hasattr(self, "copy_gate"):
+            precomputed["inner"] = concatenated_linear(self.update.fc_in, self.copy_gate.fc_in)
+        return precomputed
+
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         update_mask: torch.Tensor | None = None,
         need_weights: bool = True,
+        precomputed: dict | None = None,
     ) -> torch.Tensor:
-        attended, _ = self.attention(hidden_states, attention_mask, need_weights)  # weights: recorded by a hook
+        """One step: (b, n, d) → (b, n, d). `precomputed` is `precompute(...)` of this forward (computed here if not
+        given)."""
+        precomputed = self.precompute(hidden_states) if precomputed is None else precomputed
+        # the weights are recorded by a hook if asked for
+        attended, _ = self.attention(hidden_states, attention_mask, need_weights, precomputed["attention"])
         mixed = self.attention_layer_norm(hidden_states + self.dropout(attended))
         if not hasattr(self, "copy_gate"):
             new_states = self.feed_forward(mixed)
             if update_mask is None:
                 return new_states
             return torch.where(update_mask.unsqueeze(-1), new_states.to(hidden_states.dtype), hidden_states)
-        # W_1 m and G_1 m in one matrix product (the weights stay two modules, so checkpoints keep their keys)
-        update_in, gate_in = self.update.fc_in, self.copy_gate.fc_in
-        inner = F.linear(
-            mixed, torch.cat([update_in.weight, gate_in.weight]), torch.cat([update_in.bias, gate_in.bias])
-        ).split([update_in.out_features, gate_in.out_features], dim=-1)
-        update = self.update(inner[0])
-        gate = self.copy_gate(inner[1], update_mask)  # (b, n, d); recorded by a hook if asked for
+        weight, bias = precomputed["inner"]
+        update_inner, gate_inner = F.linear(mixed, weight, bias).split(
+            [self.update.fc_in.out_features, self.copy_gate.fc_in.out_features], dim=-1
+        )
+        update = self.update(mixed, update_inner)
+        gate = self.copy_gate(mixed, update_mask, gate_inner)  # (b, n, d) float32; recorded by a hook if asked for
         dtype = hidden_states.dtype  # under autocast the update may come out in lower precision than the state
         return torch.lerp(hidden_states, update.to(dtype), gate.to(dtype))  # g u + (1 - g) h
 
@@ -231,26 +254,6 @@ class NDRPreTrainedModel(PreTrainedModel):
         config.validate()  # the config may have been changed since it was built
         super().__init__(config, *inputs, **kwargs)
 
-    def _linear_init(self) -> dict[nn.Linear, tuple[str, float, float]]:
-        """How each projection starts: `("xavier", gain, bias)` or `("normal", std, bias)`. Looked up from the leaf
-        `nn.Linear` because transformers skips custom-code modules that own no parameters directly (`NDRCopyGate`,
-        `NDRHalting`, attention without a learned scale)."""
-        roles = {}
-        for module in self.modules():
-            if isinstance(module, (NDRUpdate, NDRFeedForward)):
-                roles[module.fc_in] = ("xavier", math.sqrt(2.0), 0.0)
-                roles[module.fc_out] = ("xavier", 5.0 / 3.0, 0.0)
-            elif isinstance(module, NDRCopyGate):
-                roles[module.fc_in] = ("xavier", math.sqrt(2.0), 0.0)
-                roles[module.fc_out] = ("xavier", 1.0, self.config.gate_bias_init)
-            elif isinstance(module, NDRHalting):
-                roles[module.proj] = ("normal", self.config.initializer_range, self.config.act_halting_bias_init)
-            elif isinstance(module, NDRAttentionBase):
-                names = ("q_proj", "k_proj", "v_proj", "o_proj", "p_proj", "direction_proj", "relative_proj",
-                         "position_gate_proj")  # fmt: skip
-                roles.update({getattr(module, name): ("xavier", 1.0, 0.0) for name in names if hasattr(module, name)})
-        return roles
-
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         """The release's init: Xavier-uniform projections (gain sqrt 2 into a ReLU, 5/3 for the update's output), N(0,
@@ -269,10 +272,18 @@ class NDRPreTrainedModel(PreTrainedModel):
             if hasattr(module, "relative_position_bias"):
                 init.zeros_(module.relative_position_bias)
             if isinstance(module, NDRMetricAttention):
-                identity = torch.eye(module.head_size).expand(module.num_heads, -1, -1)
+                identity = torch.eye(module.head_size, device=module.metric.device).expand(module.num_heads, -1, -1)
                 init.copy_(module.metric, identity if module.metric.dim() == 3 else torch.ones_like(module.metric))
-        elif isinstance(module, nn.Linear) and module in (roles := self._linear_init()):
-            kind, scale, bias = roles[module]
+        elif isinstance(module, nn.Linear) and hasattr(module, "init_role"):
+            # The role is read from the projection itself (`attention_ndr.linear`): transformers skips custom-code
+            # modules that own no parameters directly (`NDRCopyGate`, `NDRHalting`, ...), so they cannot set it.
+            kind, scale, bias = {
+                "relu_input": ("xavier", math.sqrt(2.0), 0.0),  # W_1, G_1 (and the FFN's first layer)
+                "update_output": ("xavier", 5.0 / 3.0, 0.0),  # W_2
+                "gate_output": ("xavier", 1.0, self.config.gate_bias_init),  # G_2
+                "halting": ("normal", self.config.initializer_range, self.config.act_halting_bias_init),
+                "projection": ("xavier", 1.0, 0.0),  # attention
+            }[module.init_role]
             if kind == "xavier":
                 init.xavier_uniform_(module.weight, gain=scale)
             else:
@@ -282,7 +293,8 @@ class NDRPreTrainedModel(PreTrainedModel):
 
 
 def check_inputs(input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
-    """Check what `forward` was given; returns (batch, seq). Errors name the argument and what was expected."""
+    """Check the shapes of what `forward` was given (no tensor values: see `check_input_values`); returns (batch,
+    seq). Errors name the argument and what was expected."""
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
     if input_ids is not None:
@@ -303,10 +315,52 @@ def check_inputs(input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
                 f"attention_mask must have shape (batch, seq) = {(batch, seq)} like the inputs (1 for tokens, 0 for "
                 f"padding), got {tuple(attention_mask.shape)}."
             )
-        if not torch.compiler.is_compiling() and not ((attention_mask == 0) | (attention_mask == 1)).all():
-            values = sorted(set(attention_mask.unique().tolist()) - {0, 1})[:5]
-            raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (token); found {values}.")
     return batch, seq
+
+
+def check_input_values(
+    attention_mask: torch.Tensor | None,
+    labels: torch.Tensor | None = None,
+    config: NDRConfig | None = None,
+    need_a_token: bool = False,
+) -> None:
+    """The checks that read tensor values: `attention_mask` holds only 0 and 1 (a bool mask needs no check) and, with
+    `need_a_token`, no row without a token; single-label `labels` are class ids of `config`. All of them together cost
+    one host sync (on CUDA the CPU waits for the queued work), so `forward` runs them once; under `torch.compile` they
+    are skipped."""
+    if torch.compiler.is_compiling():
+        return
+    single_label = labels is not None and is_single_label(labels, config)
+    bad = []  # one device-side flag per check
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        bad.append(((attention_mask != 0) & (attention_mask != 1)).any())
+    if attention_mask is not None and need_a_token:
+        bad.append((attention_mask == 0).all(dim=-1).any())
+    if single_label:
+        bad.append(((labels < 0) | (labels >= config.num_labels)).any())
+    if not bad or not torch.stack(bad).any():  # the one host sync
+        return
+    # something is wrong: say what (more syncs, on the way to an error)
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        values = sorted(set(attention_mask.unique().tolist()) - {0, 1})[:5]
+        if values:
+            raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (token); found {values}.")
+    if attention_mask is not None and need_a_token:
+        rows = (attention_mask == 0).all(dim=-1).nonzero().flatten().tolist()[:8]
+        if rows:
+            raise ValueError(f"attention_mask rows {rows} hold no token: there is no column to classify from.")
+    values = sorted(set(labels[(labels < 0) | (labels >= config.num_labels)].tolist()))[:8]
+    raise ValueError(
+        f"labels {values} are out of range: this model has num_labels={config.num_labels} (ids 0 to "
+        f"{config.num_labels - 1}, {dict(list(config.id2label.items())[:10])})."
+    )
+
+
+def is_single_label(labels: torch.Tensor, config: NDRConfig) -> bool:
+    """Whether `labels` are class ids, as transformers' sequence-classification loss decides it."""
+    return config.problem_type == "single_label_classification" or (
+        config.problem_type is None and config.num_labels > 1 and labels.dtype in (torch.long, torch.int)
+    )
 
 
 def resolve_num_steps(num_steps, config: NDRConfig, training: bool) -> int:
@@ -380,6 +434,7 @@ class NDRModel(NDRPreTrainedModel):
             [`NDRModelOutput`].
         """
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
+        check_input_values(attention_mask)
         config = self.config
         adaptive = config.adaptive_steps if adaptive_steps is None else bool(adaptive_steps)
         adaptive = adaptive and not self.training
@@ -393,8 +448,12 @@ class NDRModel(NDRPreTrainedModel):
             positions = position_ids(attention_mask, batch, seq, hidden_states.device)
             hidden_states = hidden_states + sinusoidal_encoding(positions, config.hidden_size).to(hidden_states.dtype)
 
+        # once per forward, not per step; a checkpointed layer recomputes it in each step (reentrant checkpointing runs
+        # a separate backward per step, which could not go through shared tensors twice)
+        checkpointed = self.layer.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        precomputed = None if checkpointed else self.layer.precompute(hidden_states)
         if config.halting == "act":
-            return self._act_steps(hidden_states, attention_mask, num_steps, need_weights)
+            return self._act_steps(hidden_states, attention_mask, num_steps, need_weights, precomputed)
         if adaptive:
             recording = any(
                 config_value if value is None else value
@@ -404,9 +463,13 @@ class NDRModel(NDRPreTrainedModel):
                     (output_gates, config.output_gates),
                 )
             )
-            return self._adaptive_steps(hidden_states, attention_mask, num_steps, need_weights, compact=not recording)
+            return self._adaptive_steps(
+                hidden_states, attention_mask, num_steps, need_weights, precomputed, compact=not recording
+            )
         for _ in range(num_steps):
-            hidden_states = self.layer(hidden_states, attention_mask, need_weights=need_weights)
+            hidden_states = self.layer(
+                hidden_states, attention_mask, need_weights=need_weights, precomputed=precomputed
+            )
         return NDRModelOutput(last_hidden_state=hidden_states)
 
     def _real_columns(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -414,13 +477,19 @@ class NDRModel(NDRPreTrainedModel):
             return torch.ones(hidden_states.shape[:2], dtype=torch.bool, device=hidden_states.device)
         return attention_mask != 0
 
-    def _act_steps(self, hidden_states, attention_mask, max_steps: int, need_weights: bool) -> NDRModelOutput:
+    def _act_steps(
+        self, hidden_states, attention_mask, max_steps: int, need_weights: bool, precomputed: dict | None
+    ) -> NDRModelOutput:
         """Adaptive Computation Time per column (Graves 2016, Sec. 2; Dehghani et al. 2019, Sec. 2.2).
 
         At step t a running column halts with probability `p_t = sigmoid(w . h_(t-1) + b)`; it stops at the first
         step where its cumulative probability would pass `act_threshold` (or at the last step), and that step gets
         the remainder `R = 1 - sum of its earlier p`. Its output is `sum_t w_t h_t` with `w_t = p_t` before that step
-        and `R` at it; afterwards it is copied unchanged. Ponder cost: `N + R`, N the number of steps it ran."""
+        and `R` at it; afterwards it is copied unchanged. Ponder cost: `N + R`, N the number of steps it ran.
+
+        The loop stops early once every column has halted. Asking that is a host sync per step, so it is asked only
+        where it is free (the CPU) or at inference; a CUDA training step (and a compiled one) runs all `max_steps`,
+        which changes no result: a halted column copies its state and gets weight 0."""
         running = self._real_columns(hidden_states, attention_mask)  # padding never runs
         real = running.clone()
         halting_sum = hidden_states.new_zeros(running.shape, dtype=torch.float32)  # (b, n)
@@ -437,20 +506,34 @@ class NDRModel(NDRPreTrainedModel):
             remainder = torch.where(halts, 1 - halting_sum, remainder)
             halting_sum = halting_sum + torch.where(continues, halting_probability, 0.0)
             steps_run = steps_run + running.long()
-            hidden_states = self.layer(hidden_states, attention_mask, update_mask=running, need_weights=need_weights)
+            hidden_states = self.layer(
+                hidden_states, attention_mask, update_mask=running, need_weights=need_weights, precomputed=precomputed
+            )
             output = output + weight.unsqueeze(-1).to(hidden_states.dtype) * hidden_states
             running = continues
-            if not torch.compiler.is_compiling() and not running.any():
+            may_sync = running.device.type == "cpu" or not self.training
+            if may_sync and not torch.compiler.is_compiling() and not running.any():
                 break
         ponder = (steps_run + remainder).masked_fill(~real, 0.0).sum(-1) / real.sum(-1).clamp_min(1)  # (b,)
         return NDRModelOutput(last_hidden_state=output, ponder_cost=ponder, halting_steps=steps_run)
 
-    def _adaptive_steps(self, hidden_states, attention_mask, max_steps: int, need_weights: bool, compact: bool):
+    def _adaptive_steps(
+        self,
+        hidden_states,
+        attention_mask,
+        max_steps: int,
+        need_weights: bool,
+        precomputed: dict | None,
+        compact: bool,
+    ):
         """Run each sample until the relative change of every real column's state in one step is below
         `config.adaptive_threshold`, at most `max_steps`; a finished sample keeps its state. With `compact`, finished
         samples leave the batch, so they cost nothing more; otherwise (per-step outputs are being recorded) the whole
         batch runs and finished samples are frozen, so every recorded tensor keeps the full batch. A sample's result
-        does not depend on the rest of the batch either way."""
+        does not depend on the rest of the batch either way.
+
+        Inference only, and it syncs with the host at every step by design: whether to run another step (and which
+        samples) is decided on the CPU from the states the step computed."""
         batch = hidden_states.shape[0]
         real = self._real_columns(hidden_states, attention_mask)
         threshold = self.config.adaptive_threshold
@@ -462,7 +545,7 @@ class NDRModel(NDRPreTrainedModel):
             active = torch.arange(batch, device=hidden_states.device)  # samples still running
             state, mask, active_real = hidden_states, attention_mask, real
             for _ in range(max_steps):
-                new = self.layer(state, mask, need_weights=need_weights)
+                new = self.layer(state, mask, need_weights=need_weights, precomputed=precomputed)
                 steps_taken[active] += 1
                 going_on = relative_state_change(new, state, active_real) >= threshold
                 if going_on.all():
@@ -480,7 +563,9 @@ class NDRModel(NDRPreTrainedModel):
             running = torch.ones(batch, dtype=torch.bool, device=hidden_states.device)
             for _ in range(max_steps):
                 update_mask = running.unsqueeze(-1) & real
-                new = self.layer(hidden_states, attention_mask, update_mask=update_mask, need_weights=need_weights)
+                new = self.layer(
+                    hidden_states, attention_mask, update_mask, need_weights=need_weights, precomputed=precomputed
+                )
                 steps_taken += running.long()
                 running = running & (relative_state_change(new, hidden_states, real) >= threshold)
                 hidden_states = new
@@ -540,14 +625,12 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
             [`NDRSequenceClassifierOutput`].
         """
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
+        check_input_values(attention_mask, labels, self.config, need_a_token=True)  # the one host sync
         device = (input_ids if input_ids is not None else inputs_embeds).device
         if attention_mask is None:
-            attention_mask = torch.ones(batch, seq, dtype=torch.long, device=device)
-        elif not torch.compiler.is_compiling():
-            empty_rows = (attention_mask == 0).all(dim=-1)  # (b,)
-            if empty_rows.any():
-                rows = empty_rows.nonzero().flatten().tolist()[:8]
-                raise ValueError(f"attention_mask rows {rows} hold no token: there is no column to classify from.")
+            attention_mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
+        else:
+            attention_mask = attention_mask != 0  # checked: the encoder need not check it again
         flags = {
             "output_attentions": output_attentions,
             "output_hidden_states": output_hidden_states,
@@ -568,7 +651,6 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
 
         loss = None
         if labels is not None:
-            check_labels(labels, self.config)
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
             if outputs.ponder_cost is not None:
                 loss = loss + self.config.act_ponder_weight * outputs.ponder_cost.mean()
@@ -581,22 +663,6 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
             ponder_cost=outputs.ponder_cost,
             halting_steps=outputs.halting_steps,
             num_steps_taken=outputs.num_steps_taken,
-        )
-
-
-def check_labels(labels: torch.Tensor, config: NDRConfig) -> None:
-    """Single-label targets must be class ids in [0, num_labels) (torch's own message does not say which)."""
-    single_label = config.problem_type == "single_label_classification" or (
-        config.problem_type is None and config.num_labels > 1 and labels.dtype in (torch.long, torch.int)
-    )
-    if not single_label or torch.compiler.is_compiling():
-        return
-    bad = (labels < 0) | (labels >= config.num_labels)
-    if bad.any():
-        values = sorted(set(labels[bad].tolist()))[:8]
-        raise ValueError(
-            f"labels {values} are out of range: this model has num_labels={config.num_labels} (ids 0 to "
-            f"{config.num_labels - 1}, {dict(list(config.id2label.items())[:10])})."
         )
 
 

@@ -67,13 +67,13 @@ def test_the_fused_projection_equals_the_separate_linear_layers(position_encodin
 
 def test_the_fused_update_and_gate_layers_equal_the_formula_of_the_paper():
     """h <- g * u + (1 - g) * h with u = update(LN(h + attention(h))), g = gate(LN(h + attention(h))), each computed
-    through its own modules."""
+    through its own modules, against the layer, which computes the first layers of both in one matrix product."""
     layer = tiny().ndr.layer
     with torch.no_grad():
         layer.copy_gate.fc_out.bias.zero_()  # gates near 0.5, so both terms matter
     h = torch.randn(2, 6, 16)
     mixed = layer.attention_layer_norm(h + layer.attention(h, None, True)[0])
-    update = layer.update(layer.update.fc_in(mixed))
-    gate = layer.copy_gate(layer.copy_gate.fc_in(mixed), None)
+    update = layer.update(mixed)  # each child module runs on its own
+    gate = layer.copy_gate(mixed)
     torch.testing.assert_close(layer(h), gate * update + (1 - gate) * h, atol=1e-5, rtol=1e-5)
     assert 0.1 < gate.mean() < 0.9, "both the update and the old state contribute"

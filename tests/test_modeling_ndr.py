@@ -1,4 +1,5 @@
-"""Tests of the NDR model against NDR_SPEC §1.1–1.2 and the Hugging Face conventions."""
+"""Tests of the NDR model against the paper's definitions (Csordás et al., 2022, Sec. 3: the copy gate and geometric
+attention) and the Hugging Face conventions."""
 
 import json
 import math
@@ -6,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,11 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel, geometric_attention_weights
+from modeling_ndr.dropout_ndr import NDRDropout
+from modeling_ndr.modeling_ndr import readout_positions
+
+
+RELEASED = sorted(path for path in (Path(__file__).resolve().parents[1] / "hub_cards" / "models").glob("ndr-*"))
 
 
 BATCH, SEQ, VOCAB = 13, 7, 12
@@ -230,16 +237,22 @@ def test_input_embeddings_accessors():
     assert model.ndr.get_input_embeddings() is new
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize(
+    "fields", [{}, {"position_encoding": "gated", "attention_type": "softmax"}], ids=["ndr", "gated"]
+)
+def test_gradient_checkpointing_gives_the_same_gradients(use_reentrant, fields):
+    """Both of torch's checkpointing modes; the gated variant also has a position table, computed once per forward
+    without checkpointing and per step with it."""
     torch.manual_seed(0)
-    model = NDRForSequenceClassification(tiny_config())
+    model = NDRForSequenceClassification(tiny_config(**fields))
     input_ids, mask = random_batch()
     labels = torch.randint(0, 3, (BATCH,))
     model.train()
     model(input_ids, attention_mask=mask, labels=labels).loss.backward()
     expected = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad()
-    model.activation_checkpointing_enable()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
     model(input_ids, attention_mask=mask, labels=labels).loss.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], msg=f"checkpointed gradient of {name} differs")
@@ -255,6 +268,28 @@ def test_bf16_autocast_on_cpu_keeps_geometric_weights_in_float32():
     out.loss.backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), f"gradient of {name} is missing or not finite"
+
+
+def test_copy_gates_are_float32_under_autocast():
+    """The gate's sigmoid runs in float32 (a bf16 gate is rounded to 8 bits of mantissa)."""
+    model = NDRModel(tiny_config()).eval()
+    input_ids, mask = random_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids, attention_mask=mask, output_gates=True)
+        gate = model.layer.copy_gate(torch.randn(2, 3, 32))
+    assert all(g.dtype == torch.float32 for g in out.gates) and gate.dtype == torch.float32
+    assert out.last_hidden_state.dtype == torch.float32, "the state stays float32 under autocast"
+
+
+def test_dropout_scales_bf16_activations_by_the_exact_inverse_keep_probability():
+    """1 / (1 - p) is applied as a float32 scalar: rounded to bf16 it would be 1.109 for p = 0.1, not 1.111, and every
+    kept activation would come out 0.16% small."""
+    torch.manual_seed(0)
+    x = (1 + torch.rand(1_000_000)).to(torch.bfloat16)
+    y = NDRDropout(0.1).train()(x)
+    kept = y != 0
+    ratio = y[kept].double().sum() / x[kept].double().sum()
+    assert abs(ratio.item() - 1 / 0.9) < 2e-4, f"kept values are scaled by {ratio.item():.5f}, not 1/0.9"
 
 
 def test_normalized_attention_rows_sum_to_one():
@@ -279,6 +314,92 @@ def test_tiny_model_fits_random_sequences():
     model.eval()
     accuracy = (model(input_ids, attention_mask=mask).logits.argmax(-1) == labels).float().mean().item()
     assert accuracy == 1.0, f"the training path should memorise 64 sequences, got train accuracy {accuracy}"
+
+
+def test_initialising_a_projection_does_not_search_the_model():
+    """`_init_weights` runs once per module; for a projection it reads the role the projection carries, so building a
+    model costs O(modules), not O(modules^2)."""
+    model = NDRForSequenceClassification(tiny_config(halting="act"))
+    linears = [module for module in model.ndr.modules() if isinstance(module, torch.nn.Linear)]
+    assert linears and all(hasattr(module, "init_role") for module in linears), "every encoder projection has a role"
+    walks = []
+    original = torch.nn.Module.modules
+
+    def counting_modules(self):
+        walks.append(self)
+        return original(self)
+
+    torch.nn.Module.modules = counting_modules
+    try:
+        for module in linears:
+            model._init_weights(module)
+    finally:
+        torch.nn.Module.modules = original
+    assert not walks, "initialising one projection walked the model"
+    assert model.ndr.layer.copy_gate.fc_out.bias.eq(-3.0).all(), "gate_output's bias is gate_bias_init"
+    assert model.ndr.halting.proj.bias.eq(-3.0).all(), "the halting unit's bias is act_halting_bias_init"
+
+
+def test_one_host_sync_per_forward_for_the_input_checks(monkeypatch):
+    """The value checks (attention_mask values, rows without a token, label range) are one host sync per forward
+    (free on the CPU, a stall on CUDA), and the step loop adds none."""
+    model = NDRForSequenceClassification(tiny_config(num_hidden_layers=4)).train()
+    input_ids, mask = random_batch()
+    mask[1, 5:] = 0
+    labels = torch.randint(0, 3, (BATCH,))
+    syncs = []
+    for name in ("__bool__", "item", "tolist"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, _name=name, **kwargs):
+            syncs.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    model(input_ids, attention_mask=mask, labels=labels).loss.backward()
+    assert syncs == ["__bool__"], f"host syncs in one training forward: {syncs}"
+    syncs.clear()
+    model.ndr(input_ids, attention_mask=mask)
+    assert syncs == ["__bool__"], f"the encoder alone checks its mask once: {syncs}"
+    syncs.clear()
+    model.ndr(input_ids, attention_mask=mask.bool())
+    assert syncs == [], "a bool mask needs no check"
+
+
+# ----------------------------------------------------------------------------------------------- released weights
+
+
+def step_by_step_logits(model: NDRForSequenceClassification, input_ids, attention_mask) -> torch.Tensor:
+    """The classifier of an NDR model computed from its child modules, each run on its own (nothing shared between
+    steps or between the update and the gate): the plain reference of the model's once-per-forward fusion."""
+    layer = model.ndr.layer
+    hidden = model.ndr.embeddings(input_ids)
+    steps = model.config.eval_num_hidden_layers or model.config.num_hidden_layers
+    for _ in range(steps):
+        attended, _ = layer.attention(hidden, attention_mask)
+        mixed = layer.attention_layer_norm(hidden + attended)
+        update, gate = layer.update(mixed), layer.copy_gate(mixed)
+        hidden = gate * update + (1 - gate) * hidden
+    positions = readout_positions(attention_mask, model.config.readout)
+    return model.classifier(hidden[torch.arange(len(hidden)), positions])
+
+
+@pytest.mark.parametrize("folder", RELEASED, ids=[path.name for path in RELEASED])
+def test_released_weights_load_key_for_key_and_compute_what_their_modules_compute(folder):
+    model, info = NDRForSequenceClassification.from_pretrained(folder, output_loading_info=True)
+    assert not any(info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    model.eval()
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(4, model.config.vocab_size, (6, 11), generator=generator)
+    input_ids[:, 0] = 2
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 7:], attention_mask[3, 9:] = 0, 0  # right padding
+    attention_mask[4, :3] = 0  # left padding
+    with torch.no_grad():
+        # the fixed step count (a release may choose adaptive steps at inference; tests/test_adaptive_computation.py)
+        logits = model(input_ids, attention_mask=attention_mask, adaptive_steps=False).logits
+        expected = step_by_step_logits(model, input_ids, attention_mask)
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------------------- config

@@ -22,6 +22,8 @@ from modeling_ndr.attention_ndr import (
     POSITION_TERMS,
     NDRDotProductAttention,
     NDRMetricAttention,
+    _relative_index,
+    position_ids,
     sinusoidal_encoding,
 )
 
@@ -151,7 +153,7 @@ def test_sinusoidal_encoding_matches_the_closed_formula():
 
 
 def relative_scores_by_hand(attention: NDRDotProductAttention, hidden: torch.Tensor) -> torch.Tensor:
-    """s [(q_i + u) . k_j + (q_i + v) . W_p P(j - i)], one (i, j) at a time (Transformer-XL, as in the spec)."""
+    """s [(q_i + u) . k_j + (q_i + v) . W_p P(j - i)], one (i, j) at a time (Transformer-XL, Dai et al. 2019)."""
     _, n, d = hidden.shape
     h, e = attention.num_heads, attention.head_size
     q = (hidden[0] @ attention.q_proj.weight.T).view(n, h, e)  # without the bias u
@@ -257,6 +259,49 @@ def test_metric_attention_gradcheck_float64(metric_tensor):
         return torch.func.functional_call(attention, {"metric": metric}, (hidden,))[0]
 
     assert torch.autograd.gradcheck(output, (hidden, metric))
+
+
+# ---------------------------------------------------------------------------------- what every step reuses
+
+
+# ACT's step loop weighs the states; its layer calls are those of "ndr" (tests/test_adaptive_computation.py)
+@pytest.mark.parametrize("name", sorted(set(VARIANTS) - {"ndr_act"}))
+def test_precomputing_once_per_forward_equals_each_step_on_its_own(name):
+    """The model concatenates projection weights and builds the position table once per forward; a layer called
+    without them computes them itself at every step. Same outputs and gradients, with left and right padding."""
+    torch.manual_seed(0)
+    model = NDRModel(tiny_config(**VARIANTS[name])).train()
+    ids = random_ids(3, 8, seed=5)
+    mask = torch.ones_like(ids)
+    mask[1, 6:], mask[2, :3] = 0, 0
+    fused = model(ids, attention_mask=mask, num_steps=3).last_hidden_state
+    fused.square().sum().backward()
+    expected_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    hidden = model.embeddings(ids)
+    if model.config.position_encoding == "absolute":
+        hidden = hidden + sinusoidal_encoding(position_ids(mask, 3, 8, hidden.device), 16)
+    for _ in range(3):
+        hidden = model.layer(hidden, mask)  # no precomputed weights: each step computes its own
+    torch.testing.assert_close(fused, hidden, atol=1e-5, rtol=1e-5)
+    hidden.square().sum().backward()
+    for n, p in model.named_parameters():
+        if n in expected_grads:
+            torch.testing.assert_close(p.grad, expected_grads[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+def test_relative_position_indices_read_each_offset_once_per_row_and_survive_inference_mode():
+    """One offset per (i, j) of a row, so the gather's backward adds each gradient once (deterministic on CUDA); the
+    cached index may first be built under `torch.inference_mode()` and still serve training."""
+    n = 19  # a length no other test uses, so the cache is filled here
+    with torch.inference_mode():
+        index = _relative_index(n, torch.device("cpu"))
+    assert not index.is_inference()
+    assert all(len(set(row)) == n for row in index.tolist())
+    attention = NDRModel(tiny_config(**VARIANTS["rel"])).layer.attention
+    with torch.inference_mode():
+        attention(torch.randn(1, n, 16))
+    attention(torch.randn(1, n, 16, requires_grad=True))[0].sum().backward()
 
 
 # ------------------------------------------------------------------------------------------------------- config

@@ -52,8 +52,7 @@ Task details:
   while its dependency depth is below `D` it is inserted at a random position of a new random operation, retried
   (at most 20 times) until the new operation uses it without overshooting `D`. Lists over 50 tokens or of another
   depth are rejected. (The paper's release grows lists to a structural depth and rejects whole lists by dependency
-  depth; retrying only the wrapping step makes deep lists cheap: the full 1M-sample train set takes about 140 s on
-  two CPU cores, writing the Arrow cache included.)
+  depth; retrying only the wrapping step makes deep lists cheap, even for the full 1M-sample train set.)
 """
 
 from .common import GENERATOR_VERSION, MAX_TOKENS, SPLIT_NAMES, TASK_NAMES
