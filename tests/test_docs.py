@@ -49,14 +49,15 @@ def test_the_site_builds_strictly(tmp_path):
         assert f"<code>{field}</code>" in api, f"the API page documents NDRConfig.{field}"
 
 
-PAGES = sorted(page for page in DOCS.rglob("*.md") if python_blocks(page))
+PAGES = sorted(page for page in DOCS.rglob("*.md") if python_blocks(page)) + [REPO / "README.md"]
 
 
 def test_the_docs_have_runnable_examples():
-    assert {"model.md", "getting-started.md", "tasks.md"} <= {page.name for page in PAGES}, [p.name for p in PAGES]
+    names = {page.name for page in PAGES if python_blocks(page)}
+    assert {"model.md", "getting-started.md", "tasks.md", "README.md"} <= names, names
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(DOCS)) for page in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(REPO)) for page in PAGES])
 def test_code_examples_run(page, tmp_path, monkeypatch):
     import matplotlib
 
@@ -100,3 +101,13 @@ def test_the_released_models_table_has_a_row_per_folder_with_its_card_s_numbers(
         assert f"| {results['ood_test']['accuracy']:.3f} |" in row, (folder.name, row)
         fixed = results["ood_test"].get("fixed_steps", results["ood_test"])["accuracy"]
         assert f"| {fixed:.3f} |" in row, f"{folder.name}: ood_test with the fixed steps of training: {row}"
+
+
+def test_the_readme_is_short_and_its_links_lead_somewhere():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300, "the README is read in five minutes; the details belong in docs/"
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme) + re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme)
+    local = [target for target in targets if "://" not in target]
+    assert any(target.startswith("docs/") for target in local), "the README links into the docs"
+    for target in local:
+        assert (REPO / target).exists(), f"README links to {target}, which does not exist"
