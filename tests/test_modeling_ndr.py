@@ -475,7 +475,7 @@ def test_auto_classes_load_hub_ids_from_the_offline_cache(tmp_path, hf_home, mon
 
 REMOTE_CODE_SCRIPT = textwrap.dedent(
     """
-    import sys
+    import importlib, sys
     sys.modules["modeling_ndr"] = None  # this Python cannot import the package
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
@@ -483,6 +483,9 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
     classifier = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
     encoder = AutoModel.from_pretrained(folder, trust_remote_code=True)
     assert "modeling_ndr" not in type(classifier).__module__.split(".")[0], type(classifier).__module__
+    # the copy holds the .py files only: no kernel source, so geometric attention takes the PyTorch path
+    geometric = importlib.import_module(type(classifier).__module__.rsplit(".", 1)[0] + ".geometric_ndr")
+    assert geometric.load_cpu_kernel() is None and not geometric.uses_cpu_kernel(torch.zeros(1))
     input_ids = torch.load(sys.argv[2])
     print(repr(classifier(input_ids).logits.tolist()))
     print(type(encoder).__name__)
