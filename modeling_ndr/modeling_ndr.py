@@ -497,7 +497,7 @@ class NDRModel(NDRPreTrainedModel):
         steps_run = torch.zeros(running.shape, dtype=torch.long, device=running.device)
         output = torch.zeros_like(hidden_states)
         for step in range(max_steps):
-            halting_probability = self.halting(hidden_states).float()  # (b, n)
+            halting_probability = self.halting(hidden_states)  # (b, n), float32
             halts = running & (
                 (halting_sum + halting_probability > self.config.act_threshold) | (step == max_steps - 1)
             )
