@@ -467,10 +467,11 @@ def test_parquet_rows_are_named_by_their_index(tmp_path):
 
 
 def test_a_value_of_another_type_after_the_reader_s_first_block_is_found(tmp_path):
-    # the csv reader fixes column types on its first 10,000 rows; a later odd value used to stop it with a cast error
-    lines = [f"{i % 7} {i % 5},{'ab'[i % 2]},{i % 4}" for i in range(12_000)]
+    # the csv reader fixes column types on its first 10,000 rows (pandas on pieces of ~1 MB), and a later odd value
+    # used to stop it with a cast error
+    lines = [f"{i % 7} {i % 5},{'ab'[i % 2]},{i % 4}" for i in range(300_000)]
     (tmp_path / "t.csv").write_text("text,label,depth\n" + "\n".join(lines) + "\n9 9,a,x\n")
-    refused(tmp_path / "t.csv", (tmp_path / "t.csv").read_bytes(), re.escape("line 12002: column 'depth' holds 'x'"))
+    refused(tmp_path / "t.csv", (tmp_path / "t.csv").read_bytes(), re.escape("line 300002: column 'depth' holds 'x'"))
 
 
 def test_harmless_variants_read_as_the_plain_file(tmp_path):

@@ -10,6 +10,7 @@ import csv
 import json
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 
 import datasets
@@ -177,11 +178,14 @@ def first_problem_in_file(path: str) -> str | None:
 
 @contextlib.contextmanager
 def _quiet_datasets():
-    """`datasets` logs a reader's failure at ERROR level, a second report of what `read_data_file` says in one line."""
+    """`datasets` logs a reader's failure at ERROR level, a second report of what `read_data_file` says in one line;
+    pandas warns of a csv column with mixed types (two lines), which the column checks then name with its line."""
     verbosity = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity(logging.CRITICAL)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Columns \(.*\) have mixed types")
+            yield
     finally:
         datasets.logging.set_verbosity(verbosity)
 
@@ -220,8 +224,11 @@ def read_data_file(flag: str, path: str, split: str) -> datasets.Dataset:
     if file_format in ("csv", "json"):
         # The readers fix each column's type on the file's first block (10,000 csv rows, 10 MB of JSON) and fail on a
         # later value of another type (an integer column with a 1.5 or an "x" further down). Read in one block, the
-        # types cover every row, and the column checks name the line of the odd value.
+        # types cover every row, and the column checks name the line of the odd value. (pandas' C engine still infers
+        # types on pieces of ~1 MB inside a block; its python engine infers them on the whole, ~5 s a million rows.)
         whole_file = {"chunksize": os.path.getsize(path) + 1}  # rows for csv, bytes for JSON: either way, all of it
+        if file_format == "csv":
+            whole_file["engine"] = "python"
         try:
             with _quiet_datasets():
                 return datasets.load_dataset(
