@@ -32,9 +32,8 @@ class Source(str):
     A `str`, so it goes into messages as it is; `where(row)` turns a row of the split into the place a reader finds it
     at: `line 19` for a csv or JSON file (read again only then), `row 17` for parquet or a `datasets` split.
 
-    Args:
-        text: the words that name the split.
-        path: the file the split was read from, or None (a `--dataset_name` split).
+    `Source(text, path=None)`: `text` is the words that name the split, `path` the file the split was read from, or
+    None (a `--dataset_name` split). (A `str` subclass is built in `__new__`, so these are not `__init__` arguments.)
     """
 
     path: str | None
