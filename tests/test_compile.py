@@ -21,7 +21,7 @@ def tiny_model(variant: str, **overrides) -> NDRForSequenceClassification:
     import yaml
 
     with open(REPO / "configuration" / "variants" / f"{variant}.yaml") as f:
-        fields = yaml.safe_load(f)
+        fields = {k: v for k, v in yaml.safe_load(f).items() if k not in ("tasks", "presets")}  # NDRConfig fields
     fields.update(vocab_size=12, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_hidden_layers=3)
     fields.update(num_labels=3, **overrides)
     torch.manual_seed(0)

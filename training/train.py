@@ -72,6 +72,7 @@ from modeling_ndr.training.atomic import check_replaceable
 from modeling_ndr.training.checkpoints import saves_optimizer_states
 from modeling_ndr.training.export import EXPORT_FILES
 from modeling_ndr.training.locking import lock_output_dir
+from modeling_ndr.training.schedules import PonderWeightSchedule
 
 
 logger = logging.getLogger("ndr.train")
@@ -87,6 +88,13 @@ def main(argv: list[str] | None = None) -> dict:
         return run(argv, data_args, model_args, run_args, training_args, preset)
 
 
+def ponder_schedule(config, run_args) -> list:
+    """ACT models with --ponder_warmup_loss or --ponder_warmup_steps: the callback that warms up the ponder weight."""
+    if config.halting != "act" or (run_args.ponder_warmup_loss is None and not run_args.ponder_warmup_steps):
+        return []
+    return [PonderWeightSchedule(None, run_args.ponder_warmup_loss, run_args.ponder_warmup_steps)]
+
+
 def run(argv: list[str], data_args, model_args, run_args, training_args, preset: dict) -> dict:
     """The run once its output folder is locked: the remaining checks, data, model, training, evaluation, export."""
     # stops the run with a checkpoint (exit 75) after --max_wall_minutes counted from here, or on SIGTERM/SIGUSR1
@@ -96,7 +104,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     given = flags_on_command_line(argv)
     apply_total_batch_size(training_args, run_args.total_batch_size, given)
     check_data_arguments(data_args, given, preset)
-    variant = read_variant(run_args.variant)
+    variant = read_variant(run_args.variant, data_args.task, run_args.preset)  # task: None for your own data
     values = config_values(model_args, variant, given)  # a bad variant or override: reported before any file is read
     if model_args.model_name_or_path:
         resolve_checkpoint(model_args.model_name_or_path)
@@ -153,7 +161,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=metrics_function(depth_accuracy),
         balance_depths=data_args.balance_depths,
-        callbacks=[time_box],
+        callbacks=[time_box, *ponder_schedule(model.config, run_args)],
     )
     total_batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
     logger.info(

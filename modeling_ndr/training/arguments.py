@@ -12,7 +12,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from ..tasks import TASK_NAMES
 from .devices import precision_defaults
 from .errors import UsageError
-from .presets import read_preset
+from .presets import read_preset, variant_flags
 
 
 logger = logging.getLogger(__name__)
@@ -148,6 +148,16 @@ class RunArguments:
     export_dir: str | None = field(
         default=None, metadata={"help": "Hub-ready export folder (default: output_dir/export)."}
     )
+    ponder_warmup_loss: float | None = field(
+        default=None,
+        metadata={
+            "help": "ACT models: keep the ponder weight at 0 until the logged training loss falls to this value (the "
+            "task starts to be learned), then ramp it up to act_ponder_weight over --ponder_warmup_steps."
+        },
+    )
+    ponder_warmup_steps: int = field(
+        default=0, metadata={"help": "ACT models: optimizer steps over which the ponder weight grows from 0."}
+    )
 
 
 ARGUMENT_CLASSES = (DataArguments, ModelArguments, RunArguments, TrainingArguments)
@@ -173,9 +183,11 @@ def parse_arguments(argv: list[str]):
     run_args, _ = ArgumentParser(RunArguments, add_help=False).parse_known_args(argv)  # --help: the full parser
     known = {f.name for dataclass_type in ARGUMENT_CLASSES for f in fields(dataclass_type)}
     preset = read_preset(run_args.preset, known) if run_args.preset else {}
+    # a variant's own recipe for this task and preset (presets.py: its tasks:/presets: sections) over the preset
+    defaults = {**preset, **variant_flags(run_args.variant, variant_task(argv, preset), run_args.preset, known)}
     # argparse converts string defaults with the field's type, but not lists: keep those as they are
     parser.set_defaults(
-        **{k: (str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in preset.items()}
+        **{k: (str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in defaults.items()}
     )
     try:
         data_args, model_args, run_args, training_args = parser.parse_args_into_dataclasses(args=argv)
@@ -192,6 +204,16 @@ def parse_arguments(argv: list[str]):
             ) from None
         raise UsageError(str(error).strip().splitlines()[0]) from None
     return data_args, model_args, run_args, training_args, preset
+
+
+def variant_task(argv: list[str], preset: dict) -> str | None:
+    """The task whose section of a variant's recipe applies: `--task`, else the preset's, else ctl; None when the
+    command line names your own data (which replaces the preset's task, see `check_data_arguments`)."""
+    data_args, _ = ArgumentParser(DataArguments, add_help=False).parse_known_args(argv)  # a Namespace
+    own_data_fields = ("dataset_name", "train_file", "validation_file", "test_file", "eval_files")
+    if any(getattr(data_args, name) or preset.get(name) for name in own_data_fields):
+        return None
+    return data_args.task or preset.get("task") or "ctl"
 
 
 def flags_on_command_line(argv: list[str]) -> set[str]:

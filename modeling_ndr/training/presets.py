@@ -1,6 +1,22 @@
 """Presets and model variants: named sets of `train.py` flags in `configuration/NAME.yaml` (a preset with
 `base: OTHER` starts from preset OTHER's values), NDRConfig fields in `configuration/variants/NAME.yaml`, and the
-`--config_overrides "field=value,..."` string; `config_values` layers them into the NDRConfig fields of a run."""
+`--config_overrides "field=value,..."` string; `config_values` layers them into the NDRConfig fields of a run.
+
+A variant may also carry its own recipe: a `tasks:` section (`{task: {flag: value}}`, the paper's values for that
+variant on that task) and a `presets:` section (`{preset: {flag: value}}`, what changes under that preset, e.g. what
+was scaled for the CPU budget of `ctl_cpu`; only the section of the preset named applies, not its `base`'s, whose
+values the preset may have changed). Both hold `train.py` flags (learning rate, steps, batch, ...) and NDRConfig
+fields. Precedence, later wins:
+
+1. the preset (`--preset`, with its `base` chain);
+2. the variant's NDRConfig fields (its top level);
+3. the variant's `tasks: {TASK: ...}` section for the run's task (none for your own data);
+4. the variant's `presets: {PRESET: ...}` section for the run's preset;
+5. flags on the command line;
+6. `--config_overrides`.
+
+`variant_flags` gives the flags of 3 and 4 (they become parser defaults, over the preset's); `read_variant` gives the
+NDRConfig fields of 2 to 4 (`config_values` puts the command line and the overrides over them)."""
 
 import os
 import warnings
@@ -121,25 +137,85 @@ def parse_config_overrides(text: str | None) -> dict:
     return values
 
 
-def read_variant(name: str | None) -> dict:
-    """The NDRConfig fields of a model variant.
+# the sections of a variant file that hold a recipe rather than NDRConfig fields
+VARIANT_SECTIONS = ("tasks", "presets")
 
-    Args:
-        name: a variant of `configuration/variants/` (`transformer`, `rel_gate`, ...), a YAML file, or None.
 
-    Returns:
-        `{NDRConfig field: value}` (empty for None); a `UsageError` listing the variants if there is none such.
-    """
-    if not name:
-        return {}
+def variant_path(name: str) -> str:
+    """The file of a variant: `configuration/variants/NAME.yaml`, or `name` itself if it is a file; a `UsageError`
+    listing the variants if there is none such."""
     path = name if os.path.isfile(name) else os.path.join(VARIANT_DIR, name + ".yaml")
     if not os.path.isfile(path):
         available = sorted(os.path.splitext(f)[0] for f in os.listdir(VARIANT_DIR) if f.endswith(".yaml"))
         raise UsageError(f"--variant {name!r} not found; available variants: {available}")
+    return path
+
+
+def variant_sections(name: str, task: str | None, preset: str | None) -> tuple[str, dict, list[dict]]:
+    """A variant file's top level and the recipe sections that apply to a run, in the order they apply.
+
+    Returns:
+        `(path, top level without the sections, [tasks[task], presets[preset]])`; a `UsageError` naming the file if
+        a section is not a mapping of mappings.
+    """
+    path = variant_path(name)
     values = read_mapping("--variant", path, "NDRConfig fields to values")
+    sections = {key: values.pop(key) for key in VARIANT_SECTIONS if key in values}
+    for key, section in sections.items():
+        if not isinstance(section, dict) or not all(isinstance(v, dict) for v in section.values()):
+            raise UsageError(f"--variant {path}: `{key}:` must map names to mappings of flags to values")
+    applying = [sections.get("tasks", {}).get(task, {})] if task else []
+    if preset:  # the section of the preset named, not of its `base` (whose values the preset may have changed)
+        name = os.path.splitext(os.path.basename(preset))[0]
+        applying.append(sections.get("presets", {}).get(RENAMED_PRESETS.get(name, name), {}))
+    return path, values, applying
+
+
+def read_variant(name: str | None, task: str | None = None, preset: str | None = None) -> dict:
+    """The NDRConfig fields of a model variant for a run.
+
+    Args:
+        name: a variant of `configuration/variants/` (`transformer`, `rel_gate`, ...), a YAML file, or None.
+        task: the run's task (`ctl`, ...): the variant's `tasks: {task: ...}` section applies; None for own data.
+        preset: the run's preset (a name or a file): the variant's `presets: {NAME: ...}` section for it applies.
+
+    Returns:
+        `{NDRConfig field: value}`: the top level, then the NDRConfig fields of the sections that apply (empty for
+        None); a `UsageError` listing the variants if there is none such.
+    """
+    if not name:
+        return {}
+    path, values, applying = variant_sections(name, task, preset)
     if unknown := sorted(set(values) - config_field_names()):
         raise UsageError(f"--variant {path}: expected NDRConfig fields, got {unknown}")
+    for section in applying:
+        values.update({field: value for field, value in section.items() if field in config_field_names()})
     return values
+
+
+def variant_flags(name: str | None, task: str | None, preset: str | None, known: set[str]) -> dict:
+    """The `train.py` flags (other than NDRConfig fields) that a variant's recipe sets for a run: its `tasks:`
+    section for `task`, then its `presets:` section for `preset` (see the module docstring).
+
+    Args:
+        name: the variant (see `read_variant`), or None.
+        task: the run's task, or None (own data).
+        preset: the run's preset, or None.
+        known: the names of `train.py`'s flags; a section naming anything else (neither a flag nor an NDRConfig
+            field) is a `UsageError` naming the file.
+
+    Returns:
+        `{flag: value}`, to be used as defaults over the preset's.
+    """
+    if not name:
+        return {}
+    path, _, applying = variant_sections(name, task, preset)
+    flags = {}
+    for section in applying:
+        if unknown := sorted(set(section) - known - config_field_names()):
+            raise UsageError(f"--variant {path}: its recipe sets {unknown}, which are not train.py flags")
+        flags.update({flag: value for flag, value in section.items() if flag not in config_field_names()})
+    return flags
 
 
 def config_values(model_args, variant: dict | None = None, given: set[str] = frozenset()) -> dict:
