@@ -54,7 +54,8 @@ def run(command: list[str], env: dict | None = None, timeout: int = 600) -> subp
 
 
 def single_process_evaluation(run_dir: Path, split: str, device: str) -> dict:
-    """The run's saved model evaluated on `split` by one process, with the run's evaluation batch size."""
+    """The run's saved model evaluated on `split` by one process, with the run's evaluation batch size and precision
+    (bf16 autocast on a GPU that has it, as `--precision auto` chose)."""
     tokenizer = NDRTokenizerFast.from_pretrained(run_dir)
     model = NDRForSequenceClassification.from_pretrained(run_dir)
     raw = modeling_ndr.load_task("ctl", direction="forward", seed=0, n_train=256, n_eval=N_EVAL)
@@ -62,6 +63,7 @@ def single_process_evaluation(run_dir: Path, split: str, device: str) -> dict:
     args = TrainingArguments(
         output_dir=str(run_dir / "single"), per_device_eval_batch_size=8, report_to="none",
         label_names=["labels", "depth"], use_cpu=device == "cpu",
+        bf16=device == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False),
     )  # fmt: skip
     trainer = NDRTrainer(model=model, args=args, data_collator=DataCollatorWithPadding(tokenizer),
                          compute_metrics=metrics_function(load_depth_accuracy()))  # fmt: skip
@@ -71,7 +73,8 @@ def single_process_evaluation(run_dir: Path, split: str, device: str) -> dict:
 def assert_every_eval_sample_counted_once(run_dir: Path, device: str) -> None:
     """The run's evaluation (`<split>_results.json`, written by the main process from the gathered predictions) scored
     each sample exactly once: the counts are the split's, and accuracy and accuracy per depth are what one process
-    computes on the same model."""
+    computes on the same model: exactly on the CPU; on a GPU within one sample, since the batch that accelerate pads
+    to even length is padded to another length, and bf16 kernels of other shapes may flip a near tie."""
     raw = modeling_ndr.load_task("ctl", direction="forward", seed=0, n_train=256, n_eval=N_EVAL)
     for split in SPLITS:
         saved = json.loads((run_dir / f"{split}_results.json").read_text())
@@ -81,8 +84,12 @@ def assert_every_eval_sample_counted_once(run_dir: Path, device: str) -> None:
         assert {k: v for k, v in saved.items() if "_count_depth_" in k} == expected_counts, split
         single = single_process_evaluation(run_dir, split, device)
         for key, value in saved.items():
-            if "accuracy" in key or "_count" in key:
-                assert single[key] == value, f"{key}: {value} from the processes, {single[key]} from one"
+            if "_count" in key:
+                assert single[key] == value, f"{key}: {value} samples from the processes, {single[key]} from one"
+            elif "accuracy" in key:
+                count = saved[key.replace("accuracy", "count")]
+                tolerance = 0 if device == "cpu" else 1.001 / count
+                assert abs(single[key] - value) <= tolerance, f"{key}: {value} from the processes, {single[key]} alone"
 
 
 # ----------------------------------------------------------------------------------------------- CPU (the twins)
