@@ -89,6 +89,12 @@ class NDRConfig(PreTrainedConfig):
             Weight tau of the ponder cost N + R added to the classification loss.
         act_halting_bias_init (`float`, *optional*, defaults to -3.0):
             Initial bias of the halting unit: sigmoid(-3) ≈ 0.05 per step, so no column halts early at the start.
+        act_update_halted (`bool`, *optional*, defaults to `False`):
+            With ACT, keep applying the layer to columns that have halted, as the paper's release does: halting then
+            only ends a column's contribution to its output, and a halted column still passes values on to the
+            others, so only the read-out column's halting decides the prediction. `False`: a halted column's state
+            is copied from then on (the Universal Transformer paper); the ponder cost then makes the columns that
+            carry values along a chain halt before the values arrive.
         adaptive_steps (`bool`, *optional*, defaults to `False`):
             At inference (not in training), run each sample until its state stops changing (relative change of every
             real column below `adaptive_threshold`) instead of a fixed step count, at most `max_adaptive_steps`; a
@@ -135,6 +141,7 @@ class NDRConfig(PreTrainedConfig):
         act_threshold=0.99,
         act_ponder_weight=0.01,
         act_halting_bias_init=-3.0,
+        act_update_halted=False,
         adaptive_steps=False,
         adaptive_threshold=0.15,
         max_adaptive_steps=None,
@@ -167,6 +174,7 @@ class NDRConfig(PreTrainedConfig):
         self.act_threshold = act_threshold
         self.act_ponder_weight = act_ponder_weight
         self.act_halting_bias_init = act_halting_bias_init
+        self.act_update_halted = act_update_halted
         self.adaptive_steps = adaptive_steps
         self.adaptive_threshold = adaptive_threshold
         self.max_adaptive_steps = max_adaptive_steps
@@ -265,6 +273,7 @@ FIELD_RULES = {
     "act_threshold": _number(0.0, 1.0, open_low=True),
     "act_ponder_weight": _number(0.0),
     "act_halting_bias_init": _number(),
+    "act_update_halted": _flag,
     "adaptive_steps": _flag,
     "adaptive_threshold": _number(0.0, open_low=True),
     "max_adaptive_steps": _integer(optional=True),

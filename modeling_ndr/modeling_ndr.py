@@ -485,7 +485,8 @@ class NDRModel(NDRPreTrainedModel):
         At step t a running column halts with probability `p_t = sigmoid(w . h_(t-1) + b)`; it stops at the first
         step where its cumulative probability would pass `act_threshold` (or at the last step), and that step gets
         the remainder `R = 1 - sum of its earlier p`. Its output is `sum_t w_t h_t` with `w_t = p_t` before that step
-        and `R` at it; afterwards it is copied unchanged. Ponder cost: `N + R`, N the number of steps it ran.
+        and `R` at it; afterwards it is copied unchanged, or with `config.act_update_halted` still updated (it goes
+        on serving the other columns; its output stays as it was). Ponder cost: `N + R`, N the number of steps it ran.
 
         The loop stops early once every column has halted. Asking that is a host sync per step, so it is asked only
         where it is free (the CPU) or at inference; a CUDA training step (and a compiled one) runs all `max_steps`,
@@ -496,6 +497,7 @@ class NDRModel(NDRPreTrainedModel):
         remainder = torch.zeros_like(halting_sum)
         steps_run = torch.zeros(running.shape, dtype=torch.long, device=running.device)
         output = torch.zeros_like(hidden_states)
+        update_halted = self.config.act_update_halted
         for step in range(max_steps):
             halting_probability = self.halting(hidden_states)  # (b, n), float32
             halts = running & (
@@ -507,7 +509,11 @@ class NDRModel(NDRPreTrainedModel):
             halting_sum = halting_sum + torch.where(continues, halting_probability, 0.0)
             steps_run = steps_run + running.long()
             hidden_states = self.layer(
-                hidden_states, attention_mask, update_mask=running, need_weights=need_weights, precomputed=precomputed
+                hidden_states,
+                attention_mask,
+                update_mask=real if update_halted else running,
+                need_weights=need_weights,
+                precomputed=precomputed,
             )
             output = output + weight.unsqueeze(-1).to(hidden_states.dtype) * hidden_states
             running = continues
