@@ -66,10 +66,15 @@ example-finetune: $(STAMP) ## the README's worked example: fine-tune the demo mo
 	OMP_NUM_THREADS=1 $(BIN)/python training/examples/finetune_example.py --demo_model $(DEMO_MODEL) \
 	    --output_dir $(EXAMPLE_DIR)
 
-# the paper's variants on CTL with the CPU preset's budget (about 75 minutes per direction); COMPARE_DIRECTION=backward
+# the paper's variants on CTL, each with its own recipe (configuration/variants/*.yaml, ctl_cpu sections; at most
+# about 45 minutes each, about 5 hours in all); writes docs/results/compare_ctl_<direction>.json/.png (+ _details.json,
+# _curves.png) and the figure hub_cards/images/ctl_<direction>_comparison.png. Trained in COMPARE_VARIANTS' order, the
+# most telling first; an interrupted comparison resumes. COMPARE_DIRECTION=backward for the other direction.
 COMPARE_DIRECTION ?= forward
-compare: $(STAMP) ## the paper's variants on CTL with ctl_cpu's budget (~75 min per direction)
-	$(BIN)/python training/compare.py --preset ctl_cpu --direction $(COMPARE_DIRECTION)
+COMPARE_VARIANTS ?= ndr,transformer,absrel_gate,rel_gate,ndr_act,rel,geom_att,transformer_act,ndr_metric
+compare: $(STAMP) ## the paper's variants on CTL, each with its own recipe (~5 hours; docs/results/compare_ctl_*)
+	$(BIN)/python training/compare.py --preset ctl_cpu --direction $(COMPARE_DIRECTION) --variants $(COMPARE_VARIANTS) \
+	    --results_dir docs/results --image hub_cards/images/ctl_$(COMPARE_DIRECTION)_comparison.png
 
 # what CI runs (.ci/run): the linter, then the test suite
 test: lint ## the linter, then the test suite (what CI runs)

@@ -1,14 +1,26 @@
-"""Train model variants on one task preset with the same budget and seed, and compare them per split and per depth.
+"""Train model variants on one task preset, each with its own recipe, and compare them per split and per depth.
 
-    python training/compare.py --preset ctl_cpu --direction forward
+    python training/compare.py --preset ctl_cpu --direction forward --results_dir docs/results   # make compare
     python training/compare.py --preset ctl_cpu --variants transformer,ndr --output_dir outputs/cmp -- --max_steps 500
 
 Each variant (`configuration/variants/NAME.yaml`) is trained by `training/train.py --preset P --variant NAME` (two
-CPU processes by default, as `make demo`), into `OUTPUT_DIR/NAME/`. A variant whose `eval_results.json` exists is not
-trained again (an interrupted comparison resumes; `--retrain` forces it). The script writes
-`OUTPUT_DIR/comparison.md` (accuracy per variant and split, per depth, and the training time of each run) and
-`OUTPUT_DIR/comparison.png` (accuracy against depth, one line per variant, the training depths shaded). Flags after
-`--` go to every `train.py` run.
+CPU processes by default, as `make demo`) into `OUTPUT_DIR/NAME/`, with the variant's own recipe for the task and the
+preset (its `tasks:` and `presets:` sections: layers, heads, width, learning rate, weight decay, dropouts, batch and
+steps; precedence in `modeling_ndr.training.presets`). A variant trained before with the same recipe is not trained
+again, one interrupted is resumed from its last checkpoint, and one trained with another recipe is moved aside and
+trained afresh (`--retrain` forces that; `train_variant`). Flags after `--` go to every `train.py` run and win over
+the recipes.
+
+Written into OUTPUT_DIR, and rewritten after every variant (so a long comparison shows what it has so far):
+
+- `comparison.md`: accuracy per variant and split, per depth, each variant's recipe and training time, and for ACT
+  models the mean ponder steps per depth;
+- `comparison.png`: accuracy against depth, one line per variant, the training depths shaded;
+- `curves.png`: the learning curves (training loss, iid_test and ood_test accuracy per evaluation) of the variants
+  that did not fit the training distribution (iid_test below `FIT`), if any;
+- with `--results_dir DIR` also `DIR/compare_<task>[_<direction>].json` (`{variant: {split: accuracy}}`), `.png`,
+  `_details.json` (per depth, recipe, time, ponder steps, learning curves) and `_curves.png`; with `--image PATH` the
+  plot is copied there too (the README's and model cards' figure).
 """
 
 import argparse
@@ -16,26 +28,45 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
 
-import yaml
-
 import modeling_ndr
 from modeling_ndr.tasks import split_depths
+from modeling_ndr.training import UsageError, config_values, flags_on_command_line, parse_arguments, read_variant
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAPER_VARIANTS = ("transformer", "rel", "rel_gate", "absrel_gate", "geom_att", "ndr", "ndr_metric")
+# the paper's variants in the order of its Table 1, then the metric-tensor NDR and the two ACT models
+PAPER_VARIANTS = (
+    "transformer", "rel", "rel_gate", "absrel_gate", "geom_att", "ndr", "ndr_metric", "ndr_act", "transformer_act",
+)  # fmt: skip
 SPLITS = ("iid_test", "ood_valid", "ood_test")
+FIT = 0.95  # iid_test accuracy from which a variant counts as fitting the training distribution
+# what the recipe table shows: (column, NDRConfig field or TrainingArguments attribute)
+RECIPE_COLUMNS = (
+    ("steps", "max_steps"), ("batch", "total_batch"), ("lr", "learning_rate"), ("wd", "weight_decay"),
+    ("layers", "num_hidden_layers"), ("heads", "num_attention_heads"), ("d", "hidden_size"),
+    ("d_ff", "intermediate_size"), ("dropout", "hidden_dropout_prob"), ("att. drop", "attention_dropout"),
+    ("gate drop", "gate_dropout"), ("ponder", "act_ponder_weight"),
+)  # fmt: skip
+
+
+def train_flags(args, variant: str, output_dir: str) -> list[str]:
+    """The `train.py` flags of one variant's run (before the extra flags)."""
+    flags = ["--preset", args.preset, "--variant", variant, "--output_dir", output_dir, "--disable_tqdm", "true"]
+    if args.direction:
+        flags += ["--direction", args.direction]
+    if args.nproc > 1:
+        flags += ["--use_cpu", "--ddp_find_unused_parameters", "false"]
+    return flags
 
 
 def train_command(args, variant: str, output_dir: str, extra: list[str]) -> tuple[list[str], dict]:
     """The command that trains one variant, and its environment (gloo data parallelism on the CPU, see README)."""
-    flags = ["--preset", args.preset, "--variant", variant, "--output_dir", output_dir, "--disable_tqdm", "true"]
-    if args.direction:
-        flags += ["--direction", args.direction]
+    flags = train_flags(args, variant, output_dir)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if args.nproc == 1:
         return [sys.executable, os.path.join(HERE, "train.py"), *flags, *extra], env
@@ -43,47 +74,185 @@ def train_command(args, variant: str, output_dir: str, extra: list[str]) -> tupl
     launcher = [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch", "--multi_gpu",
                 "--num_processes", str(args.nproc), "--num_machines", "1", "--mixed_precision", "no",
                 "--dynamo_backend", "no"]  # fmt: skip
-    flags += ["--use_cpu", "--ddp_find_unused_parameters", "false"]
     return [*launcher, os.path.join(HERE, "train.py"), *flags, *extra], env
 
 
+def recipe(args, variant: str, extra: list[str]) -> dict:
+    """The hyperparameters a variant's run trains with, resolved as `train.py` resolves them (preset, variant recipe,
+    flags): `{column: value}` for the `RECIPE_COLUMNS` (the batch is the global one, over `args.nproc` processes;
+    `ponder` is None without ACT), plus `ponder_warmup`: `(--ponder_warmup_loss, --ponder_warmup_steps)` with ACT."""
+    argv = train_flags(args, variant, os.path.join(args.output_dir, variant)) + list(extra)
+    data_args, model_args, run_args, training_args, _ = parse_arguments(argv)
+    given = flags_on_command_line(argv)
+    task = None if data_args.own_data else (data_args.task or "ctl")
+    config = modeling_ndr.NDRConfig(
+        **config_values(model_args, read_variant(run_args.variant, task, run_args.preset), given)
+    )
+    per_process = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+    total_batch = per_process * args.nproc
+    if run_args.total_batch_size and "per_device_train_batch_size" not in given:
+        total_batch = run_args.total_batch_size
+    act = config.halting == "act"
+    found = {}
+    for column, name in RECIPE_COLUMNS:
+        if name == "total_batch":
+            found[column] = total_batch
+        elif hasattr(config, name):
+            found[column] = getattr(config, name)
+        else:
+            found[column] = getattr(training_args, name)
+    found["gate drop"] = config.gate_dropout if config.copy_gate else None
+    found["ponder"] = config.act_ponder_weight if act else None
+    found["ponder_warmup"] = [run_args.ponder_warmup_loss, run_args.ponder_warmup_steps] if act else None
+    # the data the run evaluates on, for measuring ACT's ponder steps on the same samples
+    found["data"] = {"task": task, "direction": data_args.direction, "task_seed": data_args.task_seed,
+                     "n_eval": data_args.n_eval}  # fmt: skip
+    return found
+
+
 def train_variant(args, variant: str, extra: list[str]) -> dict:
-    """Train one variant (unless done); returns its eval results and training time."""
+    """Train one variant unless it is done; returns its eval results, training time, recipe, learning curve and, for
+    ACT models, its ponder steps.
+
+    `OUTPUT_DIR/NAME/compare_run.json` records the recipe a run was started with. A finished run with the current
+    recipe is reused; an unfinished one with it is resumed from its last checkpoint (`--resume_from_checkpoint
+    auto`); a run with another recipe (or from before recipes were recorded), or any run with `--retrain`, is moved to
+    `NAME.previous` and the variant trained afresh."""
     output_dir = os.path.join(args.output_dir, variant)
-    results_file, timing_file = (os.path.join(output_dir, name) for name in ("eval_results.json", "compare_run.json"))
-    if args.retrain or not os.path.isfile(results_file):
-        command, env = train_command(args, variant, output_dir, extra)
+    results_file, record_file = (os.path.join(output_dir, name) for name in ("eval_results.json", "compare_run.json"))
+    found = recipe(args, variant, extra)
+    wanted = json.loads(json.dumps(found))  # as the record holds it (tuples become lists)
+    record = {}
+    if os.path.isfile(record_file):
+        with open(record_file) as f:
+            record = json.load(f)
+    same = record.get("recipe") == wanted and not args.retrain
+    if same and os.path.isfile(results_file):
+        print(f"[compare] {variant}: results exist, not trained again (--retrain to force)", flush=True)
+    else:
+        resume = same and os.path.isdir(output_dir)
+        if os.path.isdir(output_dir) and not resume:
+            previous = output_dir + ".previous"
+            shutil.rmtree(previous, ignore_errors=True)
+            os.rename(output_dir, previous)
+            print(f"[compare] {variant}: an earlier run with another recipe moved to {previous}", flush=True)
+        command, env = train_command(args, variant, output_dir, extra + ["--resume_from_checkpoint", "auto"] * resume)
         os.makedirs(output_dir, exist_ok=True)
-        print(f"[compare] training {variant}: {' '.join(command)}", flush=True)
+        seconds = record.get("seconds_before", 0.0) if resume else 0.0
+        with open(record_file, "w") as f:
+            json.dump({"recipe": wanted, "command": command, "seconds_before": seconds}, f, indent=2)
+        print(f"[compare] {'resuming' if resume else 'training'} {variant}: {' '.join(command)}", flush=True)
         start = time.time()
-        with open(os.path.join(output_dir, "train.log"), "w") as log:
+        with open(os.path.join(output_dir, "train.log"), "a" if resume else "w") as log:
             finished = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        seconds += time.time() - start
+        record = {"recipe": wanted, "command": command, "seconds_before": seconds, "seconds": seconds}
+        with open(record_file, "w") as f:
+            json.dump(record, f, indent=2)
         if finished.returncode != 0:
             raise SystemExit(f"[compare] {variant} failed (exit {finished.returncode}); see {output_dir}/train.log")
-        with open(timing_file, "w") as f:
-            json.dump({"seconds": time.time() - start, "command": command}, f, indent=2)
-    else:
-        print(f"[compare] {variant}: results exist, not trained again (--retrain to force)", flush=True)
+        print(f"[compare] {variant} done in {seconds / 60:.1f} min", flush=True)
     with open(results_file) as f:
         results = json.load(f)
-    seconds = None
-    if os.path.isfile(timing_file):
-        with open(timing_file) as f:
-            seconds = json.load(f)["seconds"]
-    return {"results": results, "seconds": seconds}
+    return {
+        "results": results,
+        "seconds": record.get("seconds"),
+        "recipe": found,
+        "curve": learning_curve(output_dir),
+        "mean_steps": ponder_steps(output_dir, found["data"]),
+    }
+
+
+def learning_curve(output_dir: str) -> dict:
+    """From the run's `trainer_state.json`: `{"step": [...], "loss": [...]}` of the logged training losses and
+    `{"eval_step": [...], split: [...]}` of the evaluations (empty if the file is missing)."""
+    path = os.path.join(output_dir, "trainer_state.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        history = json.load(f).get("log_history", [])
+    curve = {"step": [], "loss": [], "eval_step": [], **{split: [] for split in SPLITS}}
+    evaluations = {}  # step -> {split: accuracy}: Trainer logs each evaluation split as an entry of its own
+    for entry in history:
+        if "loss" in entry:
+            curve["step"].append(entry["step"])
+            curve["loss"].append(entry["loss"])
+        for split in SPLITS:
+            if f"eval_{split}_accuracy" in entry:
+                evaluations.setdefault(entry["step"], {})[split] = entry[f"eval_{split}_accuracy"]
+    for step in sorted(evaluations):
+        curve["eval_step"].append(step)
+        for split in SPLITS:
+            curve[split].append(evaluations[step].get(split))
+    return curve
+
+
+# the evaluation splits do not depend on n_train: the smallest train set keeps the generation quick (CTL and
+# arithmetic put all of depth 1 into train), as evaluate_model.py does
+SMALLEST_TRAIN = {"ctl": 72, "arithmetic": 200, "listops": 1}
+
+
+def ponder_steps(output_dir: str, data: dict) -> dict | None:
+    """For a model with ACT halting, the steps it ran on the run's evaluation data (`data`: task, direction,
+    task_seed, n_eval): `{split: {"mean_steps": m, "mean_steps_by_depth": {depth: m}, "readout_steps": m,
+    "readout_steps_by_depth": {depth: m}}}`, the mean halting step of the real columns and of the column the
+    classifier reads. Measured once and kept in `OUTPUT_DIR/NAME/ponder_steps.json`; None for other models."""
+    with open(os.path.join(output_dir, "config.json")) as f:
+        if json.load(f).get("halting") != "act" or not data["task"]:
+            return None
+    path = os.path.join(output_dir, "ponder_steps.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)
+    import numpy as np
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from modeling_ndr.modeling_ndr import readout_positions
+
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    options = {"direction": data["direction"]} if data["direction"] else {}
+    splits = modeling_ndr.load_task(data["task"], seed=data["task_seed"], n_train=SMALLEST_TRAIN[data["task"]],
+                                    n_eval=data["n_eval"], **options)  # fmt: skip
+    measured = {}
+    for split in SPLITS:
+        columns, readout, depths = [], [], np.asarray(splits[split]["depth"])
+        texts = splits[split]["text"]
+        for start in range(0, len(texts), 250):
+            batch = tokenizer(list(texts[start : start + 250]), padding=True, return_tensors="pt")
+            with torch.no_grad():
+                steps = model(**batch).halting_steps  # (b, n)
+            mask = batch["attention_mask"]
+            columns.append(((steps * mask).sum(-1) / mask.sum(-1)).numpy())
+            positions = readout_positions(mask, model.config.readout)
+            readout.append(steps[torch.arange(len(positions)), positions].float().numpy())
+        values = {}
+        for name, per_sample in (("mean_steps", np.concatenate(columns)), ("readout_steps", np.concatenate(readout))):
+            values[name] = float(per_sample.mean())
+            values[f"{name}_by_depth"] = {str(d): float(per_sample[depths == d].mean()) for d in sorted(set(depths))}
+        measured[split] = values
+    with open(path, "w") as f:
+        json.dump(measured, f, indent=2)
+    return measured
 
 
 def minutes(seconds: float | None) -> str:
     return "–" if seconds is None else f"{seconds / 60:.1f} min"
 
 
+def by_depth(run: dict) -> dict[int, float]:
+    return {int(d): a for split in run["results"].values() for d, a in split["by_depth"].items()}
+
+
 def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> str:
-    depths = sorted({int(d) for run in runs.values() for split in run["results"].values() for d in split["by_depth"]})
+    depths = sorted({d for run in runs.values() for d in by_depth(run)})
     lines = [f"# Variants on `{args.preset}`" + (f" ({args.direction})" if args.direction else ""), ""]
     lines += [f"Command: `python training/compare.py {' '.join(sys.argv[1:])}`", ""]
+    extras = "; extra flags: " + " ".join(extra) if extra else ""
     lines += [f"Measured {datetime.date.today().isoformat()} on {platform.node() or 'this machine'}, "
-              f"{os.cpu_count()} CPU cores, {args.nproc} training process(es); same preset, budget and seed for every "
-              f"variant{'; extra flags: ' + ' '.join(extra) if extra else ''}.", ""]  # fmt: skip
+              f"{os.cpu_count()} CPU cores, {args.nproc} training process(es); each variant with its own recipe "
+              f"(configuration/variants/NAME.yaml){extras}.", ""]  # fmt: skip
     lines += ["| variant | " + " | ".join(SPLITS) + " | training time |", "|---" * (len(SPLITS) + 2) + "|"]
     for variant, run in runs.items():
         cells = [f"{run['results'][split]['accuracy']:.3f}" for split in SPLITS]
@@ -95,10 +264,31 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
     ]
     lines += ["| variant | " + " | ".join(f"depth {d}" for d in depths) + " |", "|---" * (len(depths) + 1) + "|"]
     for variant, run in runs.items():
-        by_depth = {int(d): a for split in run["results"].values() for d, a in split["by_depth"].items()}
+        accuracy = by_depth(run)
         lines.append(
-            f"| {variant} | " + " | ".join(f"{by_depth[d]:.3f}" if d in by_depth else "" for d in depths) + " |"
+            f"| {variant} | " + " | ".join(f"{accuracy[d]:.3f}" if d in accuracy else "" for d in depths) + " |"
         )
+    lines += ["", "Recipes (batch: the global batch; ponder: ACT's final ponder weight):", ""]
+    lines += ["| variant | " + " | ".join(column for column, _ in RECIPE_COLUMNS) + " |",
+              "|---" * (len(RECIPE_COLUMNS) + 1) + "|"]  # fmt: skip
+    for variant, run in runs.items():
+        cells = ["" if run["recipe"][column] is None else f"{run['recipe'][column]:g}" for column, _ in RECIPE_COLUMNS]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    act = {variant: run["mean_steps"] for variant, run in runs.items() if run.get("mean_steps")}
+    for key, what in (("readout_steps", "of the column the classifier reads"), ("mean_steps", "of the real columns")):
+        if not act:
+            break
+        lines += ["", f"ACT: mean halting step {what}, per depth (at most the variant's layers):"]
+        lines += ["", "| variant | split | mean | " + " | ".join(f"depth {d}" for d in depths) + " |",
+                  "|---" * (len(depths) + 3) + "|"]  # fmt: skip
+        for variant, steps in act.items():
+            for split, values in steps.items():
+                per_depth = {int(d): m for d, m in values.get(f"{key}_by_depth", {}).items()}
+                cells = [f"{per_depth[d]:.2f}" if d in per_depth else "" for d in depths]
+                lines.append(f"| {variant} | {split} | {values[key]:.2f} | " + " | ".join(cells) + " |")
+    unfit = [variant for variant, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT]
+    if unfit:
+        lines += ["", f"Below {FIT} on iid_test (learning curves in curves.png): " + ", ".join(unfit) + "."]
     text = "\n".join(lines) + "\n"
     with open(path, "w") as f:
         f.write(text)
@@ -117,9 +307,9 @@ def write_plot(path: str, runs: dict, task: str, title: str):
     chance = 1 / len(modeling_ndr.task_label_names(task))
     axis.axhline(chance, color="0.5", linestyle=":", linewidth=1, label=f"chance ({chance:.3f})")
     for variant, run in runs.items():
-        by_depth = {int(d): a for split in run["results"].values() for d, a in split["by_depth"].items()}
-        depths = sorted(by_depth)
-        axis.plot(depths, [by_depth[d] for d in depths], marker="o", linewidth=2 if "ndr" in variant else 1.2,
+        accuracy = by_depth(run)
+        depths = sorted(accuracy)
+        axis.plot(depths, [accuracy[d] for d in depths], marker="o", linewidth=2 if "ndr" in variant else 1.2,
                   label=variant)  # fmt: skip
     axis.set_xlabel("depth (number of composed functions / nesting levels)")
     axis.set_ylabel("accuracy")
@@ -127,32 +317,132 @@ def write_plot(path: str, runs: dict, task: str, title: str):
     axis.set_title(title)
     axis.legend(fontsize=8, loc="center left", ncol=2)
     figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
-def main():
-    argv = sys.argv[1:]
+def write_curves(path: str, runs: dict, title: str) -> bool:
+    """Learning curves of the variants below `FIT` on iid_test: training loss, and iid_test / ood_test accuracy at
+    each evaluation. Returns whether there was any (no file otherwise; a stale one is removed)."""
+    unfit = {
+        v: run["curve"] for v, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT and run["curve"]
+    }
+    if not unfit:
+        if os.path.isfile(path):
+            os.remove(path)
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for variant, curve in unfit.items():
+        (line,) = loss_axis.plot(curve["step"], curve["loss"], linewidth=1, label=variant)
+        for split, style in (("iid_test", "-"), ("ood_test", ":")):
+            points = [(s, a) for s, a in zip(curve["eval_step"], curve[split]) if a is not None]
+            if points:
+                accuracy_axis.plot(
+                    *zip(*points), style, marker=".", color=line.get_color(), label=f"{variant} {split}"
+                )
+    loss_axis.set_xlabel("step")
+    loss_axis.set_ylabel("training loss")
+    loss_axis.legend(fontsize=8)
+    accuracy_axis.set_xlabel("step")
+    accuracy_axis.set_ylabel("accuracy")
+    accuracy_axis.set_ylim(0, 1.02)
+    accuracy_axis.legend(fontsize=7)
+    figure.suptitle(title)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
+
+
+def results_name(task: str, direction: str | None) -> str:
+    """`compare_<task>[_<direction>]`: the file name of the results in `--results_dir`."""
+    return f"compare_{task}" + (f"_{direction}" if direction else "")
+
+
+def table_order(runs: dict) -> dict:
+    """The runs in the paper's order (`PAPER_VARIANTS`), others after them in the order they were trained."""
+    rank = {variant: index for index, variant in enumerate(PAPER_VARIANTS)}
+    return {v: runs[v] for v in sorted(runs, key=lambda v: (rank.get(v, len(rank)), list(runs).index(v)))}
+
+
+def write_outputs(args, runs: dict, extra: list[str], task: str) -> str:
+    """Write every output of the comparison for the variants trained so far (in `table_order`); returns the
+    markdown."""
+    runs = table_order(runs)
+    title = f"{args.preset}" + (f" {args.direction}" if args.direction else "") + ": accuracy per depth"
+    text = write_markdown(os.path.join(args.output_dir, "comparison.md"), runs, args, extra, task)
+    write_plot(os.path.join(args.output_dir, "comparison.png"), runs, task, title)
+    has_curves = write_curves(
+        os.path.join(args.output_dir, "curves.png"), runs, f"{args.preset}: below {FIT} on iid_test"
+    )
+    if args.image:
+        os.makedirs(os.path.dirname(os.path.abspath(args.image)), exist_ok=True)
+        shutil.copyfile(os.path.join(args.output_dir, "comparison.png"), args.image)
+    if args.results_dir:
+        os.makedirs(args.results_dir, exist_ok=True)
+        base = os.path.join(args.results_dir, results_name(task, args.direction))
+        table = {v: {split: run["results"][split]["accuracy"] for split in SPLITS} for v, run in runs.items()}
+        details = {
+            variant: {
+                "by_depth": {split: run["results"][split]["by_depth"] for split in SPLITS},
+                "training_seconds": run["seconds"],
+                "recipe": {k: v for k, v in run["recipe"].items() if k != "data"},
+                "mean_ponder_steps": run["mean_steps"],
+                "learning_curve": run["curve"],
+            }
+            for variant, run in runs.items()
+        }
+        details["_command"] = f"python training/compare.py {' '.join(sys.argv[1:])}"
+        for path, data in ((base + ".json", table), (base + "_details.json", details)):
+            with open(path, "w") as f:
+                json.dump(data, f, indent=2)
+                f.write("\n")
+        shutil.copyfile(os.path.join(args.output_dir, "comparison.png"), base + ".png")
+        curves = base + "_curves.png"
+        if has_curves:
+            shutil.copyfile(os.path.join(args.output_dir, "curves.png"), curves)
+        elif os.path.isfile(curves):
+            os.remove(curves)
+    return text
+
+
+def main(argv: list[str] | None = None):
+    argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="ctl_cpu")
     parser.add_argument("--direction", default=None, help="CTL: forward or backward")
-    parser.add_argument("--variants", default=",".join(PAPER_VARIANTS))
+    parser.add_argument(
+        "--variants", default=",".join(PAPER_VARIANTS), help="comma-separated, in training order (tables: the paper's)"
+    )
     parser.add_argument("--output_dir", default=None, help="default: outputs/compare_<preset>[_<direction>]")
     parser.add_argument("--nproc", type=int, default=2, help="training processes per run (gloo on the CPU)")
     parser.add_argument("--retrain", action="store_true", help="train again even where results exist")
+    parser.add_argument("--results_dir", help="also write compare_<task>[_<direction>].json/.png/... here")
+    parser.add_argument("--image", help="also copy the accuracy-per-depth plot to this path")
     args = parser.parse_args(argv)
     args.output_dir = args.output_dir or os.path.join(
         "outputs", f"compare_{args.preset}" + (f"_{args.direction}" if args.direction else "")
     )
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    with open(os.path.join(os.path.dirname(HERE), "configuration", f"{args.preset}.yaml")) as f:
-        task = (yaml.safe_load(f) or {}).get("task", "ctl")
-    runs = {variant: train_variant(args, variant, extra) for variant in variants}
-    title = f"{args.preset}" + (f" {args.direction}" if args.direction else "") + ": accuracy per depth"
-    text = write_markdown(os.path.join(args.output_dir, "comparison.md"), runs, args, extra, task)
-    write_plot(os.path.join(args.output_dir, "comparison.png"), runs, task, title)
+    try:  # every variant's recipe resolves before anything is trained (a bad variant or flag: one line, exit 2)
+        data_args = parse_arguments(train_flags(args, variants[0], args.output_dir) + extra)[0]
+        for variant in variants:
+            recipe(args, variant, extra)
+    except UsageError as error:
+        raise SystemExit(f"compare.py: error: {error}") from None
+    args.task = task = data_args.task or "ctl"
+    runs = {}
+    for variant in variants:
+        runs[variant] = train_variant(args, variant, extra)
+        text = write_outputs(args, runs, extra, task)
     print("\n" + text)
-    print(f"[compare] wrote {args.output_dir}/comparison.md and comparison.png")
+    written = f", and {results_name(task, args.direction)}.* in {args.results_dir}" if args.results_dir else ""
+    print(f"[compare] wrote {args.output_dir}/comparison.md and comparison.png{written}")
 
 
 if __name__ == "__main__":

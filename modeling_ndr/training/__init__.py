@@ -22,6 +22,8 @@ Modules, in the order `train.py` uses them:
 - `atomic`: folders written whole or not at all (`atomic_folder`): exports, release folders, dataset repositories
 - `adaptive`: for a CTL export, the adaptive-steps threshold chosen on `ood_valid`, and fixed against adaptive steps
   per split and depth (on the task's splits and on deeper compositions)
+- `schedules`: `PonderWeightSchedule`, ACT's ponder weight warmed up once the task starts to be learned
+  (`--ponder_warmup_loss`, `--ponder_warmup_steps`)
 """
 
 from .arguments import (

@@ -1,0 +1,108 @@
+"""`training/compare.py` (`make compare`): every variant trained with its own recipe, the comparison written as a
+table, a plot, learning curves of the variants that did not fit, and with `--results_dir` as data."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--n_train", "200", "--n_eval", "16", "--hidden_size", "16", "--intermediate_size", "16",
+        "--num_hidden_layers", "2", "--max_steps", "2", "--per_device_train_batch_size", "8", "--eval_steps", "2",
+        "--save_steps", "2", "--logging_steps", "1", "--report_to", "none"]  # fmt: skip
+
+
+def load_compare():
+    from scripts import load_script
+
+    return load_script("training/compare.py")
+
+
+def test_every_variant_end_to_end_writes_the_results_as_data(tmp_path):
+    compare = load_compare()
+    results, image = tmp_path / "results", tmp_path / "images" / "comparison.png"
+    training_order = ",".join(reversed(compare.PAPER_VARIANTS))
+    command = [sys.executable, str(REPO / "training" / "compare.py"), "--preset", "ctl_cpu", "--direction", "forward",
+               "--variants", training_order, "--nproc", "1", "--output_dir", str(tmp_path / "runs"), "--results_dir",
+               str(results), "--image", str(image), "--", *TINY]  # fmt: skip
+    first = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+
+    table = json.loads((results / "compare_ctl_forward.json").read_text())
+    assert list(table) == list(compare.PAPER_VARIANTS), "every variant, in the paper's order"
+    for variant, accuracy in table.items():
+        assert set(accuracy) == set(compare.SPLITS) and all(0 <= a <= 1 for a in accuracy.values()), variant
+    details = json.loads((results / "compare_ctl_forward_details.json").read_text())
+    assert details["transformer"]["recipe"]["layers"] == 2, "flags after -- win over the variant's recipe"
+    assert details["transformer"]["recipe"]["heads"] == 4 and details["ndr"]["recipe"]["heads"] == 1, "own recipes"
+    for variant in ("ndr_act", "transformer_act"):
+        steps = details[variant]["mean_ponder_steps"]
+        assert set(steps) == set(compare.SPLITS) and 1 <= steps["iid_test"]["mean_steps"] <= 2, "ACT: ponder steps"
+        assert 1 <= steps["iid_test"]["readout_steps"] <= 2, "and those of the column the classifier reads"
+        assert set(steps["ood_test"]["readout_steps_by_depth"]) == {"9", "10"}, "per depth"
+    assert details["ndr"]["mean_ponder_steps"] is None
+    curve = details["ndr"]["learning_curve"]
+    assert curve["loss"] and curve["eval_step"] == [2] and all(curve[split][0] is not None for split in compare.SPLITS)
+    for path in (results / "compare_ctl_forward.png", image, tmp_path / "runs" / "comparison.png"):
+        assert path.stat().st_size > 1000, path
+    # two steps fit nothing: every variant is below 0.95 on iid_test, so the curves are drawn and the table says so
+    assert (results / "compare_ctl_forward_curves.png").stat().st_size > 1000
+    assert "Below 0.95 on iid_test" in (tmp_path / "runs" / "comparison.md").read_text()
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("not trained again") == len(compare.PAPER_VARIANTS), "finished runs are reused"
+    assert json.loads((results / "compare_ctl_forward.json").read_text()) == table
+
+
+def test_a_run_is_reused_with_its_recipe_resumed_when_unfinished_and_redone_when_the_recipe_changed(tmp_path):
+    def compare(*extra):
+        command = [sys.executable, str(REPO / "training" / "compare.py"), "--variants", "ndr", "--nproc", "1",
+                   "--output_dir", str(tmp_path), "--", *TINY, *extra]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    assert "training ndr" in compare()
+    (tmp_path / "ndr" / "eval_results.json").unlink()  # as if it had been stopped before the end
+    assert "resuming ndr" in compare() and (tmp_path / "ndr" / "eval_results.json").is_file()
+    assert "not trained again" in compare()
+    changed = compare("--learning_rate", "0.01")
+    assert "moved to" in changed and "training ndr" in changed and (tmp_path / "ndr.previous").is_dir()
+    record = json.loads((tmp_path / "ndr" / "compare_run.json").read_text())
+    assert record["recipe"]["lr"] == 0.01 and record["seconds"] > 0
+
+
+def test_each_variant_gets_its_own_recipe_for_ctl_cpu():
+    compare = load_compare()
+    args = compare.argparse.Namespace(preset="ctl_cpu", direction="forward", nproc=2, output_dir="outputs/x")
+    ndr, transformer, gated = (compare.recipe(args, name, []) for name in ("ndr", "transformer", "absrel_gate"))
+    assert (ndr["layers"], ndr["heads"], ndr["lr"], ndr["d"]) == (14, 1, 1e-3, 64), "the NDR: ctl_cpu_long's"
+    assert (transformer["layers"], transformer["heads"], transformer["d"]) == (11, 4, 128), "the paper's shape"
+    assert transformer["ponder"] is None and gated["layers"] == 14
+    act = compare.recipe(args, "ndr_act", [])
+    assert act["ponder"] > 0 and act["ponder_warmup"][0] is not None, "ACT: the ponder weight is warmed up"
+    assert compare.recipe(args, "transformer", ["--learning_rate", "0.5"])["lr"] == 0.5, "flags win"
+
+
+def test_a_bad_variant_is_one_line_before_anything_trains(tmp_path):
+    command = [sys.executable, str(REPO / "training" / "compare.py"), "--variants", "transformer,nope",
+               "--output_dir", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode != 0 and "--variant 'nope' not found" in result.stderr
+    assert not any(tmp_path.iterdir()), "nothing was trained"
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_curves_only_for_variants_that_did_not_fit(tmp_path, fits):
+    compare = load_compare()
+    curve = {"step": [1, 2], "loss": [2.0, 1.0], "eval_step": [2], "iid_test": [0.5], "ood_valid": [0.4],
+             "ood_test": [0.3]}  # fmt: skip
+    run = {"results": {"iid_test": {"accuracy": 0.99 if fits else 0.5}}, "curve": curve}
+    path = tmp_path / "curves.png"
+    path.write_bytes(b"stale")
+    assert compare.write_curves(str(path), {"transformer": run}, "t") is (not fits)
+    assert path.exists() is (not fits), "a stale figure does not outlive the variants it showed"
