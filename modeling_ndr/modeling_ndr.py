@@ -673,13 +673,15 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
 
 
 __all__ = [
+    # the models and their outputs
     "NDRPreTrainedModel",
     "NDRModel",
-    "NDRForSequenceClassification",
     "NDRModelOutput",
+    "NDRForSequenceClassification",
     "NDRSequenceClassifierOutput",
+    # attention: the geometric weights and the metric-tensor and dot-product modules
     "geometric_attention_weights",
-    "NDRDotProductAttention",
     "NDRMetricAttention",
     "METRIC_PARAMETRIZATIONS",
+    "NDRDotProductAttention",
 ]
