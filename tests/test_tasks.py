@@ -28,7 +28,7 @@ VARIANTS = {
     "arithmetic": ("arithmetic", {}),
     "listops": ("listops", {}),
 }
-DEPTHS = {  # split -> depths the spec asks for
+DEPTHS = {  # split -> depths the paper's splits use
     "ctl": {"train": range(1, 6), "iid_test": range(2, 6), "ood_valid": range(6, 9), "ood_test": range(9, 11)},
     "arithmetic": {"train": range(1, 6), "iid_test": range(2, 6), "ood_valid": [6], "ood_test": [7, 8]},
     "listops": {"train": range(1, 6), "iid_test": range(1, 6), "ood_valid": [6], "ood_test": [7, 8]},
@@ -68,7 +68,7 @@ def test_every_label_and_depth_matches_the_independent_evaluator(generated, vari
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_splits_have_the_requested_sizes_and_columns(generated, variant):
     dataset = generated[variant]
-    assert list(dataset) == ["train", "iid_test", "ood_valid", "ood_test"], "the four splits of the spec, in order"
+    assert list(dataset) == ["train", "iid_test", "ood_valid", "ood_test"], "the paper's four splits, in order"
     expected = {"train": N_TRAIN, "iid_test": N_EVAL, "ood_valid": N_EVAL, "ood_test": N_EVAL}
     assert {split: len(rows) for split, rows in dataset.items()} == expected, "n_train / n_eval set the split sizes"
     for split, rows in dataset.items():
@@ -135,7 +135,7 @@ def test_texts_are_single_space_separated_tokens_of_the_task_vocabulary(generate
 def test_texts_have_at_most_50_tokens(generated, task):
     for split, dataset in generated[task].items():
         longest = max(len(text.split(" ")) for text in dataset["text"])
-        assert longest <= 50, f"{task}/{split}: a text of {longest} tokens; the spec caps texts at 50"
+        assert longest <= 50, f"{task}/{split}: a text of {longest} tokens; the generators cap texts at 50"
 
 
 def test_listops_operations_take_two_to_five_arguments(generated):
