@@ -70,7 +70,6 @@ args = TrainingArguments(
     save_total_limit=2,
     load_best_model_at_end=True,
     metric_for_best_model="ood_valid_accuracy",
-    use_cpu=True,
     report_to="none",
 )
 trainer = Trainer(
