@@ -5,13 +5,14 @@ export writes (config, results as loaded and with fixed steps, run record, card)
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from scripts import load_script
 
 from modeling_ndr import NDRConfig, task_label_names
-from modeling_ndr.training import UsageError, export_model, new_model
+from modeling_ndr.training import UsageError, adaptive, export_model, new_model
 from modeling_ndr.training.adaptive import (
     DEEPER_DEPTHS,
     DEEPER_SPLIT,
@@ -19,6 +20,7 @@ from modeling_ndr.training.adaptive import (
     applies,
     choose_threshold,
     comparison_table,
+    evaluation_rows,
     export_summary,
 )
 
@@ -151,3 +153,31 @@ def test_the_export_can_keep_the_config_as_it_is(exported, tmp_path):
     assert read(tmp_path / "fixed", "eval_results.json") == read(checkpoint, "eval_results.json")
     assert "adaptive_steps" not in read(tmp_path / "fixed", "run_config.json")
     assert export_summary(str(tmp_path / "fixed")) is None
+
+
+def test_the_export_keeps_fixed_steps_where_they_do_better_on_ood_valid(exported, tmp_path, monkeypatch):
+    """A model whose adaptive steps are worse on ood_valid than its fixed step count (here: every adaptive prediction
+    wrong, every fixed one right) is exported as it was trained, and the record says why."""
+    checkpoint, _ = exported
+    label_ids = {name: i for i, name in enumerate(task_label_names("ctl"))}  # new_model's label2id
+    truth = {row["text"]: label_ids[task_label_names("ctl")[row["label"]]]
+             for rows in evaluation_rows(TASK).values() for row in rows}  # fmt: skip
+
+    def predict(model, tokenizer, texts, adaptive, threshold=None, batch_size=1000):
+        if adaptive:
+            return np.full(len(texts), -1), np.ones(len(texts), dtype=int)
+        return np.array([truth[text] for text in texts]), np.full(len(texts), 3)
+
+    monkeypatch.setattr(adaptive, "predict", predict)
+    export_model(str(checkpoint), str(tmp_path / "kept"), repo_id="org/ndr-ctl-tiny")
+    config, selection = read(tmp_path / "kept", "config.json"), read(tmp_path / "kept", "run_config.json")
+    assert config["adaptive_steps"] is False and config["max_adaptive_steps"] is None
+    assert (
+        selection["adaptive_steps"]["fixed_accuracy"] == 1.0
+        and selection["adaptive_steps"]["adaptive_threshold"] is None
+    )
+    assert read(tmp_path / "kept", "eval_results.json") == read(checkpoint, "eval_results.json"), "the run's results"
+    assert export_summary(str(tmp_path / "kept")) == (
+        "The export keeps fixed steps: on ood_valid they score 1.0000, the best adaptive threshold 0.0000."
+    )
+    assert "adaptive steps" not in ModelCard.load(tmp_path / "kept" / "README.md").text.lower()

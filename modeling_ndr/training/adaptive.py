@@ -30,7 +30,8 @@ DEEPER_SAMPLE_SEED = 1
 SELECTION_SPLIT = "ood_valid"
 SELECTION_RULE = (
     "the threshold of the grid with the best ood_valid accuracy; among equally accurate ones the one with the fewest "
-    "mean ood_valid steps (the larger threshold on a tie); at most 2 x num_hidden_layers steps; ood_test is never read"
+    "mean ood_valid steps (the larger threshold on a tie); at most 2 x num_hidden_layers steps; adaptive steps are "
+    "turned on only if that accuracy is at least the fixed step count's on ood_valid; ood_test is never read"
 )
 
 
@@ -154,7 +155,8 @@ def scores(predictions: np.ndarray, labels: np.ndarray, depths: np.ndarray, step
 
 def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thresholds=THRESHOLDS) -> dict:
     """Choose the adaptive threshold on `ood_valid`, set it in `model.config` (with `adaptive_steps=True` and the cap
-    `max_adaptive_steps = 2 x num_hidden_layers` unless the config has one), and evaluate every split both ways.
+    `max_adaptive_steps = 2 x num_hidden_layers` unless the config has one), and evaluate every split both ways. If
+    the chosen threshold is less accurate on `ood_valid` than the fixed step count, the config is left as it was.
 
     Args:
         model: an `NDRForSequenceClassification` of the CTL task (it is put in eval mode; its config is changed).
@@ -166,7 +168,9 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
     Returns:
         `{"results": {split: {"accuracy", "by_depth", "mean_steps", "mean_steps_by_depth", "fixed_steps": {"num_steps",
         "accuracy", "by_depth"}}}, "selection": {...}}`: the results as the model now loads (adaptive), the fixed
-        ones inside each split, and the selection's record (rule, grid on ood_valid, chosen threshold, cap, data).
+        ones inside each split, and the selection's record (rule, grid on ood_valid, the fixed steps' ood_valid
+        accuracy, chosen threshold, cap, data). When fixed steps are kept: `results` is None and the selection's
+        `adaptive_threshold` and `max_adaptive_steps` are None.
     """
     model.eval()
     config = model.config
@@ -178,6 +182,7 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
         labels = np.array([label_ids[row["label"]] for row in rows[split]])
         return texts, labels, np.array([row["depth"] for row in rows[split]])
 
+    before = {name: getattr(config, name) for name in ("adaptive_steps", "adaptive_threshold", "max_adaptive_steps")}
     config.max_adaptive_steps = config.max_adaptive_steps or 2 * config.num_hidden_layers
     texts, labels, depths = arrays(SELECTION_SPLIT)
     grid = {}
@@ -185,6 +190,21 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
         predictions, steps = predict(model, tokenizer, texts, adaptive=True, threshold=threshold)
         grid[str(threshold)] = {"accuracy": float((predictions == labels).mean()), "mean_steps": float(steps.mean())}
     chosen = choose_threshold(grid)
+    fixed_accuracy = float((predict(model, tokenizer, texts, adaptive=False)[0] == labels).mean())
+    selection = {
+        "rule": SELECTION_RULE,
+        "split": SELECTION_SPLIT,
+        "n_samples": len(rows[SELECTION_SPLIT]),
+        "max_adaptive_steps": config.max_adaptive_steps,
+        "grid": grid,
+        "fixed_accuracy": fixed_accuracy,
+        "adaptive_threshold": chosen,
+    }
+    if grid[next(t for t in grid if float(t) == chosen)]["accuracy"] < fixed_accuracy:
+        # fixed steps do better on ood_valid (e.g. a baseline whose columns never settle): the config stays as it was
+        for name, value in before.items():
+            setattr(config, name, value)
+        return {"results": None, "selection": {**selection, "max_adaptive_steps": None, "adaptive_threshold": None}}
     config.adaptive_steps, config.adaptive_threshold = True, chosen
 
     results = {}
@@ -196,12 +216,7 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
         fixed = {"num_steps": int(fixed_steps[0]), "accuracy": fixed["accuracy"], "by_depth": fixed["by_depth"]}
         results[split] = {**scores(adaptive_predictions, labels, depths, adaptive_steps), "fixed_steps": fixed}
     selection = {
-        "rule": SELECTION_RULE,
-        "split": SELECTION_SPLIT,
-        "n_samples": len(rows[SELECTION_SPLIT]),
-        "max_adaptive_steps": config.max_adaptive_steps,
-        "grid": grid,
-        "adaptive_threshold": chosen,
+        **selection,
         "deeper": {
             "split": DEEPER_SPLIT,
             "depths": list(DEEPER_DEPTHS),
@@ -276,7 +291,7 @@ def card_values(config, run_config: dict, eval_results: dict) -> dict | None:
 
 def export_summary(export_dir: str) -> str | None:
     """What `train.py` prints after the export: the chosen threshold and, per split and per depth, the fixed step
-    count against adaptive steps; None if the export did not choose adaptive steps.
+    count against adaptive steps; one line if the selection kept fixed steps; None if no selection was made.
 
     Args:
         export_dir: the folder `export_model` wrote.
@@ -291,6 +306,12 @@ def export_summary(export_dir: str) -> str | None:
             selection = json.load(f).get("adaptive_steps")
     except FileNotFoundError:
         return None
+    if isinstance(selection, dict) and selection.get("adaptive_threshold") is None and "fixed_accuracy" in selection:
+        best = max(values["accuracy"] for values in selection["grid"].values())
+        return (
+            f"The export keeps fixed steps: on {selection['split']} they score {selection['fixed_accuracy']:.4f}, the "
+            f"best adaptive threshold {best:.4f}."
+        )
     table = comparison_table(results)
     if table is None or not isinstance(selection, dict):
         return None

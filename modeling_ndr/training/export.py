@@ -9,7 +9,8 @@ A model of the paper's CTL task is exported with adaptive steps on (`adaptive.ad
 chosen on `ood_valid`, the exported `config.json` asks for adaptive steps, and the exported `eval_results.json` holds
 what the model gives as loaded (adaptive), with the fixed step count's results under each split's `fixed_steps`, for
 `iid_test`, `ood_valid`, `ood_test` and `deeper` (11 and 12 functions); `run_config.json` gains the selection's
-record under `adaptive_steps`.
+record under `adaptive_steps`. Where fixed steps are more accurate on `ood_valid`, the config and results stay as
+trained and only the record is added.
 """
 
 import json
@@ -284,7 +285,8 @@ def export_model(
         # every number is measured again on the exported model, fixed and adaptive, so that re-exporting an export
         # (make_model_repos --refresh) gives the same folder
         study = adaptive.adaptive_study(model, tokenizer, run_config["task"])
-        eval_results, run_config = study["results"], {**run_config, "adaptive_steps": study["selection"]}
+        run_config = {**run_config, "adaptive_steps": study["selection"]}
+        eval_results = study["results"] or eval_results  # None: fixed steps kept, the run's own results stand
     repo_id = repo_id or run_config.get("hub_model_id") or f"your-org/{default_model_name(run_config)}"
     # written into a hidden sibling and renamed into place: an interrupted export leaves the previous one whole
     with atomic_folder(out_dir, EXPORT_FILES) as staging:
