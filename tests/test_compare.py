@@ -34,7 +34,13 @@ def test_every_variant_end_to_end_writes_the_results_as_data(tmp_path):
     table = json.loads((results / "compare_ctl_forward.json").read_text())
     assert list(table) == list(compare.PAPER_VARIANTS), "every variant, in the paper's order"
     for variant, accuracy in table.items():
-        assert set(accuracy) == set(compare.SPLITS) and all(0 <= a <= 1 for a in accuracy.values()), variant
+        assert list(accuracy) == [*compare.SPLITS, "ood_test_as_loaded", "deeper_as_loaded"], variant
+        assert all(0 <= accuracy[split] <= 1 for split in compare.SPLITS), variant
+        assert 0 <= accuracy["ood_test_as_loaded"] <= 1, f"{variant}: its export's ood_test"
+        if variant.endswith("_act"):  # ACT chooses its own steps: the export is the model as trained
+            assert accuracy["deeper_as_loaded"] is None and accuracy["ood_test_as_loaded"] == accuracy["ood_test"]
+        else:  # a CTL export measures 11 and 12 functions, with adaptive steps where ood_valid allows them
+            assert 0 <= accuracy["deeper_as_loaded"] <= 1, variant
     details = json.loads((results / "compare_ctl_forward_details.json").read_text())
     assert details["transformer"]["recipe"]["layers"] == 2, "flags after -- win over the variant's recipe"
     assert details["transformer"]["recipe"]["heads"] == 4 and details["ndr"]["recipe"]["heads"] == 1, "own recipes"
@@ -68,6 +74,13 @@ def test_a_run_is_reused_with_its_recipe_resumed_when_unfinished_and_redone_when
 
     assert "training ndr" in compare()
     (tmp_path / "ndr" / "eval_results.json").unlink()  # as if it had been stopped before the end
+    report = subprocess.run(
+        [sys.executable, str(REPO / "training" / "compare.py"), "--variants", "ndr", "--nproc", "1", "--output_dir",
+         str(tmp_path), "--report_only", "--", *TINY],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )  # fmt: skip
+    assert report.returncode != 0 and "ndr: not finished with its recipe, left out" in report.stdout
+    assert "no variant is finished yet" in report.stderr and "training ndr" not in report.stdout, "nothing trained"
     assert "resuming ndr" in compare() and (tmp_path / "ndr" / "eval_results.json").is_file()
     assert "not trained again" in compare()
     changed = compare("--learning_rate", "0.01")

@@ -13,12 +13,14 @@ the recipes.
 
 Written into OUTPUT_DIR, and rewritten after every variant (so a long comparison shows what it has so far):
 
-- `comparison.md`: accuracy per variant and split, per depth, each variant's recipe and training time, and for ACT
-  models the mean ponder steps per depth;
+- `comparison.md`: accuracy per variant and split (with the step count it trained with, the paper's protocol, and
+  as its export loads: adaptive steps where they are at least as accurate on ood_valid), per depth, each variant's
+  recipe and training time, and for ACT models the mean ponder steps per depth;
 - `comparison.png`: accuracy against depth, one line per variant, the training depths shaded;
 - `curves.png`: the learning curves (training loss, iid_test and ood_test accuracy per evaluation) of the variants
   that did not fit the training distribution (iid_test below `FIT`), if any;
-- with `--results_dir DIR` also `DIR/compare_<task>[_<direction>].json` (`{variant: {split: accuracy}}`), `.png`,
+- with `--results_dir DIR` also `DIR/compare_<task>[_<direction>].json` (`{variant: {split: accuracy}}`, plus
+  `ood_test_as_loaded` and `deeper_as_loaded`, 11 and 12 functions, None where not measured), `.png`,
   `_details.json` (per depth, recipe, time, ponder steps, learning curves) and `_curves.png`; with `--image PATH` the
   plot is copied there too (the README's and model cards' figure).
 """
@@ -110,9 +112,9 @@ def recipe(args, variant: str, extra: list[str]) -> dict:
     return found
 
 
-def train_variant(args, variant: str, extra: list[str]) -> dict:
+def train_variant(args, variant: str, extra: list[str]) -> dict | None:
     """Train one variant unless it is done; returns its eval results, training time, recipe, learning curve and, for
-    ACT models, its ponder steps.
+    ACT models, its ponder steps (None with `--report_only` where the variant is not done).
 
     `OUTPUT_DIR/NAME/compare_run.json` records the recipe a run was started with. A finished run with the current
     recipe is reused; an unfinished one with it is resumed from its last checkpoint (`--resume_from_checkpoint
@@ -129,6 +131,8 @@ def train_variant(args, variant: str, extra: list[str]) -> dict:
     same = record.get("recipe") == wanted and not args.retrain
     if same and os.path.isfile(results_file):
         print(f"[compare] {variant}: results exist, not trained again (--retrain to force)", flush=True)
+    elif args.report_only:
+        return None
     else:
         resume = same and os.path.isdir(output_dir)
         if os.path.isdir(output_dir) and not resume:
@@ -139,28 +143,53 @@ def train_variant(args, variant: str, extra: list[str]) -> dict:
         command, env = train_command(args, variant, output_dir, extra + ["--resume_from_checkpoint", "auto"] * resume)
         os.makedirs(output_dir, exist_ok=True)
         seconds = record.get("seconds_before", 0.0) if resume else 0.0
-        with open(record_file, "w") as f:
-            json.dump({"recipe": wanted, "command": command, "seconds_before": seconds}, f, indent=2)
+
+        def write_record(spent: float, **more):
+            with open(record_file, "w") as f:
+                json.dump({"recipe": wanted, "command": command, "seconds_before": spent, **more}, f, indent=2)
+
+        write_record(seconds)
         print(f"[compare] {'resuming' if resume else 'training'} {variant}: {' '.join(command)}", flush=True)
         start = time.time()
         with open(os.path.join(output_dir, "train.log"), "a" if resume else "w") as log:
-            finished = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            while True:  # the time spent is recorded every minute, so an interrupted run resumes with it
+                try:
+                    returncode = process.wait(timeout=60)
+                    break
+                except subprocess.TimeoutExpired:
+                    write_record(seconds + time.time() - start)
         seconds += time.time() - start
-        record = {"recipe": wanted, "command": command, "seconds_before": seconds, "seconds": seconds}
-        with open(record_file, "w") as f:
-            json.dump(record, f, indent=2)
-        if finished.returncode != 0:
-            raise SystemExit(f"[compare] {variant} failed (exit {finished.returncode}); see {output_dir}/train.log")
+        write_record(seconds, seconds=seconds)
+        record = {"seconds": seconds}
+        if returncode != 0:
+            raise SystemExit(f"[compare] {variant} failed (exit {returncode}); see {output_dir}/train.log")
         print(f"[compare] {variant} done in {seconds / 60:.1f} min", flush=True)
     with open(results_file) as f:
         results = json.load(f)
     return {
         "results": results,
+        "as_loaded": as_loaded(output_dir),
         "seconds": record.get("seconds"),
         "recipe": found,
         "curve": learning_curve(output_dir),
         "mean_steps": ponder_steps(output_dir, found["data"]),
     }
+
+
+def as_loaded(output_dir: str) -> dict:
+    """What the variant's export gives as loaded with `from_pretrained` (`export/eval_results.json`): `{"ood_test":
+    accuracy, "deeper": accuracy on 11 and 12 functions or None, "adaptive_steps": bool}`. A CTL export runs adaptive
+    steps where they do at least as well as the fixed steps on ood_valid (`modeling_ndr.training.adaptive`)."""
+    path = os.path.join(output_dir, "export", "eval_results.json")
+    if not os.path.isfile(path):
+        return {"ood_test": None, "deeper": None, "adaptive_steps": False}
+    with open(path) as f:
+        results = json.load(f)
+    with open(os.path.join(output_dir, "export", "config.json")) as f:
+        adaptive = bool(json.load(f).get("adaptive_steps"))
+    deeper = results.get("deeper", {}).get("accuracy")
+    return {"ood_test": results["ood_test"]["accuracy"], "deeper": deeper, "adaptive_steps": adaptive}
 
 
 def learning_curve(output_dir: str) -> dict:
@@ -253,9 +282,12 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
     lines += [f"Measured {datetime.date.today().isoformat()} on {platform.node() or 'this machine'}, "
               f"{os.cpu_count()} CPU cores, {args.nproc} training process(es); each variant with its own recipe "
               f"(configuration/variants/NAME.yaml){extras}.", ""]  # fmt: skip
-    lines += ["| variant | " + " | ".join(SPLITS) + " | training time |", "|---" * (len(SPLITS) + 2) + "|"]
+    columns = [*SPLITS, "ood_test as loaded", "11-12 functions as loaded", "training time"]
+    lines += ["| variant | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for variant, run in runs.items():
         cells = [f"{run['results'][split]['accuracy']:.3f}" for split in SPLITS]
+        loaded = run["as_loaded"]
+        cells += ["–" if loaded[key] is None else f"{loaded[key]:.3f}" for key in ("ood_test", "deeper")]
         lines.append(f"| {variant} | " + " | ".join(cells) + f" | {minutes(run['seconds'])} |")
     lines += [
         "",
@@ -268,7 +300,15 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
         lines.append(
             f"| {variant} | " + " | ".join(f"{accuracy[d]:.3f}" if d in accuracy else "" for d in depths) + " |"
         )
-    lines += ["", "Recipes (batch: the global batch; ponder: ACT's final ponder weight):", ""]
+    lines += [
+        "",
+        "The splits with the fixed step count the variant trained with (the paper's protocol); as loaded: the "
+        "export, which runs adaptive steps where they are at least as accurate on ood_valid ("
+        + (", ".join(v for v, run in runs.items() if run["as_loaded"]["adaptive_steps"]) or "none")
+        + ").",
+        "",
+    ]
+    lines += ["Recipes (batch: the global batch; ponder: ACT's final ponder weight):", ""]
     lines += ["| variant | " + " | ".join(column for column, _ in RECIPE_COLUMNS) + " |",
               "|---" * (len(RECIPE_COLUMNS) + 1) + "|"]  # fmt: skip
     for variant, run in runs.items():
@@ -384,10 +424,18 @@ def write_outputs(args, runs: dict, extra: list[str], task: str) -> str:
     if args.results_dir:
         os.makedirs(args.results_dir, exist_ok=True)
         base = os.path.join(args.results_dir, results_name(task, args.direction))
-        table = {v: {split: run["results"][split]["accuracy"] for split in SPLITS} for v, run in runs.items()}
+        table = {
+            v: {
+                **{split: run["results"][split]["accuracy"] for split in SPLITS},
+                "ood_test_as_loaded": run["as_loaded"]["ood_test"],
+                "deeper_as_loaded": run["as_loaded"]["deeper"],
+            }
+            for v, run in runs.items()
+        }
         details = {
             variant: {
                 "by_depth": {split: run["results"][split]["by_depth"] for split in SPLITS},
+                "as_loaded": run["as_loaded"],
                 "training_seconds": run["seconds"],
                 "recipe": {k: v for k, v in run["recipe"].items() if k != "data"},
                 "mean_ponder_steps": run["mean_steps"],
@@ -422,6 +470,9 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--output_dir", default=None, help="default: outputs/compare_<preset>[_<direction>]")
     parser.add_argument("--nproc", type=int, default=2, help="training processes per run (gloo on the CPU)")
     parser.add_argument("--retrain", action="store_true", help="train again even where results exist")
+    parser.add_argument(
+        "--report_only", action="store_true", help="train nothing: write the outputs from the variants finished so far"
+    )
     parser.add_argument("--results_dir", help="also write compare_<task>[_<direction>].json/.png/... here")
     parser.add_argument("--image", help="also copy the accuracy-per-depth plot to this path")
     args = parser.parse_args(argv)
@@ -436,10 +487,15 @@ def main(argv: list[str] | None = None):
     except UsageError as error:
         raise SystemExit(f"compare.py: error: {error}") from None
     args.task = task = data_args.task or "ctl"
-    runs = {}
+    runs, text = {}, ""
     for variant in variants:
-        runs[variant] = train_variant(args, variant, extra)
+        if (run := train_variant(args, variant, extra)) is None:
+            print(f"[compare] {variant}: not finished with its recipe, left out (--report_only)", flush=True)
+            continue
+        runs[variant] = run
         text = write_outputs(args, runs, extra, task)
+    if not runs:
+        raise SystemExit("[compare] no variant is finished yet: nothing to write")
     print("\n" + text)
     written = f", and {results_name(task, args.direction)}.* in {args.results_dir}" if args.results_dir else ""
     print(f"[compare] wrote {args.output_dir}/comparison.md and comparison.png{written}")
