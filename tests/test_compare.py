@@ -83,6 +83,11 @@ def test_a_run_is_reused_with_its_recipe_resumed_when_unfinished_and_redone_when
     assert "no variant is finished yet" in report.stderr and "training ndr" not in report.stdout, "nothing trained"
     assert "resuming ndr" in compare() and (tmp_path / "ndr" / "eval_results.json").is_file()
     assert "not trained again" in compare()
+    record_file = tmp_path / "ndr" / "compare_run.json"
+    legacy = json.loads(record_file.read_text())
+    del legacy["recipe"]["eval layers"]  # a record from before the column: read as None, the default it had then
+    record_file.write_text(json.dumps(legacy))
+    assert "not trained again" in compare()
     changed = compare("--learning_rate", "0.01")
     assert "moved to" in changed and "training ndr" in changed and (tmp_path / "ndr.previous").is_dir()
     record = json.loads((tmp_path / "ndr" / "compare_run.json").read_text())
@@ -98,6 +103,8 @@ def test_each_variant_gets_its_own_recipe_for_ctl_cpu():
     assert transformer["ponder"] is None and gated["layers"] == 14
     act = compare.recipe(args, "ndr_act", [])
     assert act["ponder"] > 0 and act["ponder_warmup"][0] is not None, "ACT: the ponder weight is warmed up"
+    assert act["eval layers"] == 28 and ndr["eval layers"] is None, "ACT's cap at evaluation: twice the steps"
+    assert compare.recipe(args, "transformer_act", [])["eval layers"] == 28
     assert compare.recipe(args, "transformer", ["--learning_rate", "0.5"])["lr"] == 0.5, "flags win"
 
 

@@ -50,9 +50,9 @@ FIT = 0.95  # iid_test accuracy from which a variant counts as fitting the train
 # what the recipe table shows: (column, NDRConfig field or TrainingArguments attribute)
 RECIPE_COLUMNS = (
     ("steps", "max_steps"), ("batch", "total_batch"), ("lr", "learning_rate"), ("wd", "weight_decay"),
-    ("layers", "num_hidden_layers"), ("heads", "num_attention_heads"), ("d", "hidden_size"),
-    ("d_ff", "intermediate_size"), ("dropout", "hidden_dropout_prob"), ("att. drop", "attention_dropout"),
-    ("gate drop", "gate_dropout"), ("ponder", "act_ponder_weight"),
+    ("layers", "num_hidden_layers"), ("eval layers", "eval_num_hidden_layers"), ("heads", "num_attention_heads"),
+    ("d", "hidden_size"), ("d_ff", "intermediate_size"), ("dropout", "hidden_dropout_prob"),
+    ("att. drop", "attention_dropout"), ("gate drop", "gate_dropout"), ("ponder", "act_ponder_weight"),
 )  # fmt: skip
 
 
@@ -128,7 +128,9 @@ def train_variant(args, variant: str, extra: list[str]) -> dict | None:
     if os.path.isfile(record_file):
         with open(record_file) as f:
             record = json.load(f)
-    same = record.get("recipe") == wanted and not args.retrain
+    # a record written before a recipe column existed is read with that column at None, the field's default then
+    recorded = record.get("recipe")
+    same = recorded is not None and {**dict.fromkeys(wanted), **recorded} == wanted and not args.retrain
     if same and os.path.isfile(results_file):
         print(f"[compare] {variant}: results exist, not trained again (--retrain to force)", flush=True)
     elif args.report_only:
