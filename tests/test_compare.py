@@ -119,11 +119,12 @@ def test_a_bad_variant_is_one_line_before_anything_trains(tmp_path):
 
 @pytest.mark.parametrize("fits", [True, False])
 def test_curves_only_for_variants_that_did_not_fit(tmp_path, fits):
-    compare = load_compare()
+    from modeling_ndr.training.comparison import write_curves
+
     curve = {"step": [1, 2], "loss": [2.0, 1.0], "eval_step": [2], "iid_test": [0.5], "ood_valid": [0.4],
              "ood_test": [0.3]}  # fmt: skip
     run = {"results": {"iid_test": {"accuracy": 0.99 if fits else 0.5}}, "curve": curve}
     path = tmp_path / "curves.png"
     path.write_bytes(b"stale")
-    assert compare.write_curves(str(path), {"transformer": run}, "t") is (not fits)
+    assert write_curves(str(path), {"transformer": run}, "t") is (not fits)
     assert path.exists() is (not fits), "a stale figure does not outlive the variants it showed"

@@ -1,0 +1,230 @@
+"""The report of a comparison of model variants (`training/compare.py`, `make compare`): tables, plots and data.
+
+`write_outputs(args, runs, extra, task)` writes, for the variants finished so far, `comparison.md` (accuracy per
+variant and split, with the step count each trained with and as its export loads; per depth; recipes; ACT's ponder
+steps), `comparison.png` (accuracy per depth), `curves.png` (learning curves of the variants below `FIT` on
+iid_test) and, with `args.results_dir`, the same as data (`compare_<task>[_<direction>].json`, `_details.json`).
+A run is the dict `training/compare.py` builds per variant: `{"results": {split: {"accuracy", "by_depth"}},
+"as_loaded": {...}, "seconds": s, "recipe": {column: value}, "curve": {...}, "mean_steps": {...} or None}`.
+"""
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import sys
+
+import modeling_ndr
+from modeling_ndr.tasks import split_depths
+
+
+# the paper's variants in the order of its Table 1, then the metric-tensor NDR and the two ACT models
+PAPER_VARIANTS = (
+    "transformer", "rel", "rel_gate", "absrel_gate", "geom_att", "ndr", "ndr_metric", "ndr_act", "transformer_act",
+)  # fmt: skip
+SPLITS = ("iid_test", "ood_valid", "ood_test")
+FIT = 0.95  # iid_test accuracy from which a variant counts as fitting the training distribution
+# what the recipe table shows: (column, NDRConfig field or TrainingArguments attribute)
+RECIPE_COLUMNS = (
+    ("steps", "max_steps"), ("batch", "total_batch"), ("lr", "learning_rate"), ("wd", "weight_decay"),
+    ("layers", "num_hidden_layers"), ("eval layers", "eval_num_hidden_layers"), ("heads", "num_attention_heads"),
+    ("d", "hidden_size"), ("d_ff", "intermediate_size"), ("dropout", "hidden_dropout_prob"),
+    ("att. drop", "attention_dropout"), ("gate drop", "gate_dropout"), ("ponder", "act_ponder_weight"),
+)  # fmt: skip
+
+
+def minutes(seconds: float | None) -> str:
+    """`"12.3 min"`, or `"–"` for an unknown time."""
+    return "–" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def by_depth(run: dict) -> dict[int, float]:
+    """`{depth: accuracy}` over every split of a run."""
+    return {int(d): a for split in run["results"].values() for d, a in split["by_depth"].items()}
+
+
+def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> str:
+    """Write `comparison.md` (the tables described in this module's docstring) and return its text. `args` needs
+    `preset`, `direction` and `nproc`; `extra` are the flags every run got."""
+    depths = sorted({d for run in runs.values() for d in by_depth(run)})
+    lines = [f"# Variants on `{args.preset}`" + (f" ({args.direction})" if args.direction else ""), ""]
+    lines += [f"Command: `python training/compare.py {' '.join(sys.argv[1:])}`", ""]
+    extras = "; extra flags: " + " ".join(extra) if extra else ""
+    lines += [f"Measured {datetime.date.today().isoformat()} on {platform.node() or 'this machine'}, "
+              f"{os.cpu_count()} CPU cores, {args.nproc} training process(es); each variant with its own recipe "
+              f"(configuration/variants/NAME.yaml){extras}.", ""]  # fmt: skip
+    columns = [*SPLITS, "ood_test as loaded", "11-12 functions as loaded", "training time"]
+    lines += ["| variant | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for variant, run in runs.items():
+        cells = [f"{run['results'][split]['accuracy']:.3f}" for split in SPLITS]
+        loaded = run["as_loaded"]
+        cells += ["–" if loaded[key] is None else f"{loaded[key]:.3f}" for key in ("ood_test", "deeper")]
+        lines.append(f"| {variant} | " + " | ".join(cells) + f" | {minutes(run['seconds'])} |")
+    lines += [
+        "",
+        "Accuracy per depth (training depths: " + ", ".join(map(str, split_depths(task)["train"])) + "):",
+        "",
+    ]
+    lines += ["| variant | " + " | ".join(f"depth {d}" for d in depths) + " |", "|---" * (len(depths) + 1) + "|"]
+    for variant, run in runs.items():
+        accuracy = by_depth(run)
+        lines.append(
+            f"| {variant} | " + " | ".join(f"{accuracy[d]:.3f}" if d in accuracy else "" for d in depths) + " |"
+        )
+    lines += [
+        "",
+        "The splits with the fixed step count the variant trained with (the paper's protocol); as loaded: the "
+        "export, which runs adaptive steps where they are at least as accurate on ood_valid ("
+        + (", ".join(v for v, run in runs.items() if run["as_loaded"]["adaptive_steps"]) or "none")
+        + ").",
+        "",
+    ]
+    lines += ["Recipes (batch: the global batch; ponder: ACT's final ponder weight):", ""]
+    lines += ["| variant | " + " | ".join(column for column, _ in RECIPE_COLUMNS) + " |",
+              "|---" * (len(RECIPE_COLUMNS) + 1) + "|"]  # fmt: skip
+    for variant, run in runs.items():
+        cells = ["" if run["recipe"][column] is None else f"{run['recipe'][column]:g}" for column, _ in RECIPE_COLUMNS]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    act = {variant: run["mean_steps"] for variant, run in runs.items() if run.get("mean_steps")}
+    for key, what in (("readout_steps", "of the column the classifier reads"), ("mean_steps", "of the real columns")):
+        if not act:
+            break
+        lines += ["", f"ACT: mean halting step {what}, per depth (at most the variant's layers):"]
+        lines += ["", "| variant | split | mean | " + " | ".join(f"depth {d}" for d in depths) + " |",
+                  "|---" * (len(depths) + 3) + "|"]  # fmt: skip
+        for variant, steps in act.items():
+            for split, values in steps.items():
+                per_depth = {int(d): m for d, m in values.get(f"{key}_by_depth", {}).items()}
+                cells = [f"{per_depth[d]:.2f}" if d in per_depth else "" for d in depths]
+                lines.append(f"| {variant} | {split} | {values[key]:.2f} | " + " | ".join(cells) + " |")
+    unfit = [variant for variant, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT]
+    if unfit:
+        lines += ["", f"Below {FIT} on iid_test (learning curves in curves.png): " + ", ".join(unfit) + "."]
+    text = "\n".join(lines) + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+    return text
+
+
+def write_plot(path: str, runs: dict, task: str, title: str):
+    """Accuracy against depth, one line per variant, the training depths shaded and chance dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    train_depths = split_depths(task)["train"]
+    axis.axvspan(min(train_depths) - 0.5, max(train_depths) + 0.5, color="0.9", label="training depths")
+    chance = 1 / len(modeling_ndr.task_label_names(task))
+    axis.axhline(chance, color="0.5", linestyle=":", linewidth=1, label=f"chance ({chance:.3f})")
+    for variant, run in runs.items():
+        accuracy = by_depth(run)
+        depths = sorted(accuracy)
+        axis.plot(depths, [accuracy[d] for d in depths], marker="o", linewidth=2 if "ndr" in variant else 1.2,
+                  label=variant)  # fmt: skip
+    axis.set_xlabel("depth (number of composed functions / nesting levels)")
+    axis.set_ylabel("accuracy")
+    axis.set_ylim(0, 1.02)
+    axis.set_title(title)
+    axis.legend(fontsize=8, loc="center left", ncol=2)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_curves(path: str, runs: dict, title: str) -> bool:
+    """Learning curves of the variants below `FIT` on iid_test: training loss, and iid_test / ood_test accuracy at
+    each evaluation. Returns whether there was any (no file otherwise; a stale one is removed)."""
+    unfit = {
+        v: run["curve"] for v, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT and run["curve"]
+    }
+    if not unfit:
+        if os.path.isfile(path):
+            os.remove(path)
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for variant, curve in unfit.items():
+        (line,) = loss_axis.plot(curve["step"], curve["loss"], linewidth=1, label=variant)
+        for split, style in (("iid_test", "-"), ("ood_test", ":")):
+            points = [(s, a) for s, a in zip(curve["eval_step"], curve[split]) if a is not None]
+            if points:
+                accuracy_axis.plot(
+                    *zip(*points), style, marker=".", color=line.get_color(), label=f"{variant} {split}"
+                )
+    loss_axis.set_xlabel("step")
+    loss_axis.set_ylabel("training loss")
+    loss_axis.legend(fontsize=8)
+    accuracy_axis.set_xlabel("step")
+    accuracy_axis.set_ylabel("accuracy")
+    accuracy_axis.set_ylim(0, 1.02)
+    accuracy_axis.legend(fontsize=7)
+    figure.suptitle(title)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
+
+
+def results_name(task: str, direction: str | None) -> str:
+    """`compare_<task>[_<direction>]`: the file name of the results in `--results_dir`."""
+    return f"compare_{task}" + (f"_{direction}" if direction else "")
+
+
+def table_order(runs: dict) -> dict:
+    """The runs in the paper's order (`PAPER_VARIANTS`), others after them in the order they were trained."""
+    rank = {variant: index for index, variant in enumerate(PAPER_VARIANTS)}
+    return {v: runs[v] for v in sorted(runs, key=lambda v: (rank.get(v, len(rank)), list(runs).index(v)))}
+
+
+def write_outputs(args, runs: dict, extra: list[str], task: str) -> str:
+    """Write every output of the comparison for the variants trained so far (in `table_order`); returns the
+    markdown."""
+    runs = table_order(runs)
+    title = f"{args.preset}" + (f" {args.direction}" if args.direction else "") + ": accuracy per depth"
+    text = write_markdown(os.path.join(args.output_dir, "comparison.md"), runs, args, extra, task)
+    write_plot(os.path.join(args.output_dir, "comparison.png"), runs, task, title)
+    has_curves = write_curves(
+        os.path.join(args.output_dir, "curves.png"), runs, f"{args.preset}: below {FIT} on iid_test"
+    )
+    if args.image:
+        os.makedirs(os.path.dirname(os.path.abspath(args.image)), exist_ok=True)
+        shutil.copyfile(os.path.join(args.output_dir, "comparison.png"), args.image)
+    if args.results_dir:
+        os.makedirs(args.results_dir, exist_ok=True)
+        base = os.path.join(args.results_dir, results_name(task, args.direction))
+        table = {
+            v: {
+                **{split: run["results"][split]["accuracy"] for split in SPLITS},
+                "ood_test_as_loaded": run["as_loaded"]["ood_test"],
+                "deeper_as_loaded": run["as_loaded"]["deeper"],
+            }
+            for v, run in runs.items()
+        }
+        details = {
+            variant: {
+                "by_depth": {split: run["results"][split]["by_depth"] for split in SPLITS},
+                "as_loaded": run["as_loaded"],
+                "training_seconds": run["seconds"],
+                "recipe": {k: v for k, v in run["recipe"].items() if k != "data"},
+                "mean_ponder_steps": run["mean_steps"],
+                "learning_curve": run["curve"],
+            }
+            for variant, run in runs.items()
+        }
+        details["_command"] = f"python training/compare.py {' '.join(sys.argv[1:])}"
+        for path, data in ((base + ".json", table), (base + "_details.json", details)):
+            with open(path, "w") as f:
+                json.dump(data, f, indent=2)
+                f.write("\n")
+        shutil.copyfile(os.path.join(args.output_dir, "comparison.png"), base + ".png")
+        curves = base + "_curves.png"
+        if has_curves:
+            shutil.copyfile(os.path.join(args.output_dir, "curves.png"), curves)
+        elif os.path.isfile(curves):
+            os.remove(curves)
+    return text
