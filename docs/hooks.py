@@ -39,7 +39,7 @@ def on_files(files, config):
 def format_value(value) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
-    return str(value)
+    return "–" if value is None else str(value)  # None: not measured
 
 
 def render_table(data: dict, first_column: str = "variant") -> str:

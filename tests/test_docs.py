@@ -72,10 +72,12 @@ def test_code_examples_run(page, tmp_path, monkeypatch):
 
 def test_a_table_is_rendered_from_its_json_file(tmp_path):
     hooks = load_hooks()
-    (tmp_path / "scores.json").write_text(json.dumps({"ndr": {"iid_test": 1.0, "ood_test": 0.9734}, "rel": {}}))
+    scores = {"ndr": {"iid_test": 1.0, "ood_test": 0.9734}, "rel": {}, "act": {"iid_test": 0.5, "ood_test": None}}
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
     page = "before\n<!-- table: scores.json -->\n| stale |\n<!-- end table -->\nafter\n"
     rendered = hooks.render_tables(page, tmp_path)
     assert "| `ndr` | 1.000 | 0.973 |" in rendered and "| `rel` |  |  |" in rendered, rendered
+    assert "| `act` | 0.500 | – |" in rendered, "a value not measured (null) is a dash"
     assert "stale" not in rendered and rendered.startswith("before\n") and rendered.endswith("after\n")
     assert hooks.render_tables(page, tmp_path / "missing") == page, "without its file, the block stays as written"
 
