@@ -2,6 +2,7 @@
 table, a plot, learning curves of the variants that did not fit, and with `--results_dir` as data."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,32 @@ def test_a_run_is_reused_with_its_recipe_resumed_when_unfinished_and_redone_when
     assert "moved to" in changed and "training ndr" in changed and (tmp_path / "ndr.previous").is_dir()
     record = json.loads((tmp_path / "ndr" / "compare_run.json").read_text())
     assert record["recipe"]["lr"] == 0.01 and record["seconds"] > 0
+
+
+def test_a_comparison_recorded_in_results_dir_is_completed_by_training_only_what_it_lacks(tmp_path):
+    results, runs = tmp_path / "results", tmp_path / "runs"
+
+    def compare(variants, *extra):
+        command = [sys.executable, str(REPO / "training" / "compare.py"), "--variants", variants, "--nproc", "1",
+                   "--output_dir", str(runs), "--results_dir", str(results), "--", *TINY, *extra]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    assert "training ndr" in compare("ndr")
+    recorded = json.loads((results / "compare_ctl_forward.json").read_text())
+    details = json.loads((results / "compare_ctl_forward_details.json").read_text())
+    shutil.rmtree(runs)  # the runs are gone (another machine); the committed data stays
+    completed = compare("ndr,transformer")
+    assert "ndr: recorded in" in completed and "training ndr" not in completed, "taken from the record"
+    assert "training transformer" in completed, "the variant the record lacks is trained"
+    table = json.loads((results / "compare_ctl_forward.json").read_text())
+    assert list(table) == ["transformer", "ndr"] and table["ndr"] == recorded["ndr"]
+    now = json.loads((results / "compare_ctl_forward_details.json").read_text())
+    assert now["ndr"] == details["ndr"], "per depth, recipe, time, curves: as recorded"
+    shutil.rmtree(runs / "transformer")
+    changed = compare("transformer", "--learning_rate", "0.01")
+    assert "training transformer" in changed, "a record with another recipe is not used"
 
 
 def test_each_variant_gets_its_own_recipe_for_ctl_cpu():

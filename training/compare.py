@@ -8,8 +8,10 @@ CPU processes by default, as `make demo`) into `OUTPUT_DIR/NAME/`, with the vari
 preset (its `tasks:` and `presets:` sections: layers, heads, width, learning rate, weight decay, dropouts, batch and
 steps; precedence in `modeling_ndr.training.presets`). A variant trained before with the same recipe is not trained
 again, one interrupted is resumed from its last checkpoint, and one trained with another recipe is moved aside and
-trained afresh (`--retrain` forces that; `train_variant`). Flags after `--` go to every `train.py` run and win over
-the recipes.
+trained afresh (`--retrain` forces that; `train_variant`). With `--results_dir`, a variant recorded there with its
+current recipe and not run in OUTPUT_DIR is taken from the record (`recorded_run`): a committed comparison is
+completed by training only the variants it lacks. Flags after `--` go to every `train.py` run and win over the
+recipes.
 
 Written into OUTPUT_DIR, and rewritten after every variant (so a long comparison shows what it has so far):
 
@@ -171,6 +173,36 @@ def train_variant(args, variant: str, extra: list[str]) -> dict | None:
     }
 
 
+def recorded_run(args, variant: str, extra: list[str]) -> dict | None:
+    """A variant's run as `--results_dir` records it (`compare_<task>[_<direction>].json` and `_details.json`), when
+    the record has the variant's current recipe and `OUTPUT_DIR/NAME/` holds no run of it: a comparison committed
+    there is completed, here or on another machine, by training only the variants it lacks. None otherwise (and
+    always with `--retrain`)."""
+    if not args.results_dir or args.retrain or os.path.isdir(os.path.join(args.output_dir, variant)):
+        return None
+    base = os.path.join(args.results_dir, results_name(args.task, args.direction))
+    try:
+        with open(base + ".json") as f:
+            table = json.load(f)[variant]
+        with open(base + "_details.json") as f:
+            details = json.load(f)[variant]
+    except (OSError, KeyError, ValueError):
+        return None
+    found = recipe(args, variant, extra)
+    wanted = {k: v for k, v in json.loads(json.dumps(found)).items() if k != "data"}
+    if {**dict.fromkeys(wanted), **details.get("recipe", {})} != wanted:
+        return None
+    print(f"[compare] {variant}: recorded in {base}.json with this recipe, not trained again", flush=True)
+    return {
+        "results": {s: {"accuracy": table[s], "by_depth": details["by_depth"][s]} for s in SPLITS},
+        "as_loaded": details["as_loaded"],
+        "seconds": details["training_seconds"],
+        "recipe": found,
+        "curve": details["learning_curve"],
+        "mean_steps": details["mean_ponder_steps"],
+    }
+
+
 def as_loaded(output_dir: str) -> dict:
     """What the variant's export gives as loaded with `from_pretrained` (`export/eval_results.json`): `{"ood_test":
     accuracy, "deeper": accuracy on 11 and 12 functions or None, "adaptive_steps": bool}`. A CTL export runs adaptive
@@ -290,8 +322,12 @@ def main(argv: list[str] | None = None):
     except UsageError as error:
         raise SystemExit(f"compare.py: error: {error}") from None
     args.task = task = data_args.task or "ctl"
-    runs, text = {}, ""
+    # variants recorded in --results_dir with their recipe first, so the data there never loses them meanwhile
+    runs = {v: run for v in variants if (run := recorded_run(args, v, extra)) is not None}
+    text = write_outputs(args, runs, extra, task) if runs else ""
     for variant in variants:
+        if variant in runs:
+            continue
         if (run := train_variant(args, variant, extra)) is None:
             print(f"[compare] {variant}: not finished with its recipe, left out (--report_only)", flush=True)
             continue

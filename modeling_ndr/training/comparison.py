@@ -185,6 +185,7 @@ def write_outputs(args, runs: dict, extra: list[str], task: str) -> str:
     """Write every output of the comparison for the variants trained so far (in `table_order`); returns the
     markdown."""
     runs = table_order(runs)
+    os.makedirs(args.output_dir, exist_ok=True)
     title = f"{args.preset}" + (f" {args.direction}" if args.direction else "") + ": accuracy per depth"
     text = write_markdown(os.path.join(args.output_dir, "comparison.md"), runs, args, extra, task)
     write_plot(os.path.join(args.output_dir, "comparison.png"), runs, task, title)
