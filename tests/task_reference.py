@@ -1,4 +1,4 @@
-"""Reference evaluators for the three tasks, written from the paper's task definitions and independent of the generators.
+"""Reference evaluators for the three tasks, written from the paper's task definitions, independent of the generators.
 
 Each `evaluate_*` parses one line of text and returns `(label, depth)`. They share no code with
 `modeling_ndr.tasks` (CTL only borrows the function tables, which are data, via `ctl_tables`), so a test that
