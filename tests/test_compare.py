@@ -100,8 +100,9 @@ def test_a_comparison_recorded_in_results_dir_is_completed_by_training_only_what
     results, runs = tmp_path / "results", tmp_path / "runs"
 
     def compare(variants, *extra):
-        command = [sys.executable, str(REPO / "training" / "compare.py"), "--variants", variants, "--nproc", "1",
-                   "--output_dir", str(runs), "--results_dir", str(results), "--", *TINY, *extra]  # fmt: skip
+        command = [sys.executable, str(REPO / "training" / "compare.py"), "--direction", "forward", "--variants",
+                   variants, "--nproc", "1", "--output_dir", str(runs), "--results_dir", str(results), "--", *TINY,
+                   *extra]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         return done.stdout

@@ -322,8 +322,11 @@ def main(argv: list[str] | None = None):
     except UsageError as error:
         raise SystemExit(f"compare.py: error: {error}") from None
     args.task = task = data_args.task or "ctl"
-    # variants recorded in --results_dir with their recipe first, so the data there never loses them meanwhile
-    runs = {v: run for v in variants if (run := recorded_run(args, v, extra)) is not None}
+    # first the variants finished here or recorded in --results_dir with their recipe, so that the outputs written
+    # while the others train keep them
+    report_only, args.report_only = args.report_only, True
+    runs = {v: run for v in variants if (run := recorded_run(args, v, extra) or train_variant(args, v, extra))}
+    args.report_only = report_only
     text = write_outputs(args, runs, extra, task) if runs else ""
     for variant in variants:
         if variant in runs:
