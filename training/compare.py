@@ -106,9 +106,16 @@ def recipe(args, variant: str, extra: list[str]) -> dict:
     return found
 
 
-def train_variant(args, variant: str, extra: list[str]) -> dict | None:
-    """Train one variant unless it is done; returns its eval results, training time, recipe, learning curve and, for
-    ACT models, its ponder steps (None with `--report_only` where the variant is not done).
+def same_recipe(recorded: dict | None, wanted: dict) -> bool:
+    """Whether a recorded recipe is `wanted` (both as JSON holds them). A record written before a recipe column
+    existed is read with that column at None, the field's default then."""
+    return recorded is not None and {**dict.fromkeys(wanted), **recorded} == wanted
+
+
+def train_variant(args, variant: str, extra: list[str], found: dict, finished_only: bool = False) -> dict | None:
+    """Train one variant (`found`: its `recipe`) unless it is done; returns its eval results, training time, recipe,
+    learning curve and, for ACT models, its ponder steps (None with `--report_only` or `finished_only` where the
+    variant is not done).
 
     `OUTPUT_DIR/NAME/compare_run.json` records the recipe a run was started with. A finished run with the current
     recipe is reused; an unfinished one with it is resumed from its last checkpoint (`--resume_from_checkpoint
@@ -116,18 +123,15 @@ def train_variant(args, variant: str, extra: list[str]) -> dict | None:
     `NAME.previous` and the variant trained afresh."""
     output_dir = os.path.join(args.output_dir, variant)
     results_file, record_file = (os.path.join(output_dir, name) for name in ("eval_results.json", "compare_run.json"))
-    found = recipe(args, variant, extra)
     wanted = json.loads(json.dumps(found))  # as the record holds it (tuples become lists)
     record = {}
     if os.path.isfile(record_file):
         with open(record_file) as f:
             record = json.load(f)
-    # a record written before a recipe column existed is read with that column at None, the field's default then
-    recorded = record.get("recipe")
-    same = recorded is not None and {**dict.fromkeys(wanted), **recorded} == wanted and not args.retrain
+    same = same_recipe(record.get("recipe"), wanted) and not args.retrain
     if same and os.path.isfile(results_file):
         print(f"[compare] {variant}: results exist, not trained again (--retrain to force)", flush=True)
-    elif args.report_only:
+    elif args.report_only or finished_only:
         return None
     else:
         resume = same and os.path.isdir(output_dir)
@@ -173,11 +177,11 @@ def train_variant(args, variant: str, extra: list[str]) -> dict | None:
     }
 
 
-def recorded_run(args, variant: str, extra: list[str]) -> dict | None:
+def recorded_run(args, variant: str, found: dict) -> dict | None:
     """A variant's run as `--results_dir` records it (`compare_<task>[_<direction>].json` and `_details.json`), when
-    the record has the variant's current recipe and `OUTPUT_DIR/NAME/` holds no run of it: a comparison committed
-    there is completed, here or on another machine, by training only the variants it lacks. None otherwise (and
-    always with `--retrain`)."""
+    the record has the variant's current recipe (`found`) and `OUTPUT_DIR/NAME/` holds no run of it: a comparison
+    committed there is completed, here or on another machine, by training only the variants it lacks. None otherwise
+    (and always with `--retrain`)."""
     if not args.results_dir or args.retrain or os.path.isdir(os.path.join(args.output_dir, variant)):
         return None
     base = os.path.join(args.results_dir, results_name(args.task, args.direction))
@@ -188,9 +192,8 @@ def recorded_run(args, variant: str, extra: list[str]) -> dict | None:
             details = json.load(f)[variant]
     except (OSError, KeyError, ValueError):
         return None
-    found = recipe(args, variant, extra)
-    wanted = {k: v for k, v in json.loads(json.dumps(found)).items() if k != "data"}
-    if {**dict.fromkeys(wanted), **details.get("recipe", {})} != wanted:
+    # the details leave the run's data out of the recipe
+    if not same_recipe(details.get("recipe"), {k: v for k, v in json.loads(json.dumps(found)).items() if k != "data"}):
         return None
     print(f"[compare] {variant}: recorded in {base}.json with this recipe, not trained again", flush=True)
     return {
@@ -317,21 +320,21 @@ def main(argv: list[str] | None = None):
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     try:  # every variant's recipe resolves before anything is trained (a bad variant or flag: one line, exit 2)
         data_args = parse_arguments(train_flags(args, variants[0], args.output_dir) + extra)[0]
-        for variant in variants:
-            recipe(args, variant, extra)
+        recipes = {variant: recipe(args, variant, extra) for variant in variants}
     except UsageError as error:
         raise SystemExit(f"compare.py: error: {error}") from None
     args.task = task = data_args.task or "ctl"
     # first the variants finished here or recorded in --results_dir with their recipe, so that the outputs written
     # while the others train keep them
-    report_only, args.report_only = args.report_only, True
-    runs = {v: run for v in variants if (run := recorded_run(args, v, extra) or train_variant(args, v, extra))}
-    args.report_only = report_only
+    runs = {}
+    for v in variants:
+        if run := recorded_run(args, v, recipes[v]) or train_variant(args, v, extra, recipes[v], finished_only=True):
+            runs[v] = run
     text = write_outputs(args, runs, extra, task) if runs else ""
     for variant in variants:
         if variant in runs:
             continue
-        if (run := train_variant(args, variant, extra)) is None:
+        if (run := train_variant(args, variant, extra, recipes[variant])) is None:
             print(f"[compare] {variant}: not finished with its recipe, left out (--report_only)", flush=True)
             continue
         runs[variant] = run
