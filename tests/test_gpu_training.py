@@ -23,11 +23,13 @@ from modeling_ndr.training import (
     NDRTrainer,
     UsageError,
     apply_total_batch_size,
+    cpu_has_native_bf16,
     encode,
     load_depth_accuracy,
     metrics_function,
     per_device_batch_size,
     precision_defaults,
+    read_preset,
 )
 
 
@@ -136,9 +138,33 @@ def test_precision_auto_is_bf16_only_where_the_gpu_has_it(cuda, bf16, precision,
     assert precision_defaults(precision, use_cpu=False, given=set()) == expected
     assert precision_defaults(precision, use_cpu=False, given={"fp16"}) == {}, "--bf16/--fp16 given win"
     if cuda:
+        monkeypatch.setattr("modeling_ndr.training.devices.cpu_has_native_bf16", lambda: False)
         assert precision_defaults("auto", use_cpu=True, given=set()) == {"bf16": False, "fp16": False}
     with pytest.raises(UsageError, match="--precision 'half'"):
         precision_defaults("half", use_cpu=False, given=set())
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_precision_auto_on_the_cpu_is_bf16_only_where_the_cpu_has_native_bf16(native_bf16, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("modeling_ndr.training.devices.cpu_has_native_bf16", lambda: native_bf16)
+    expected = {"bf16": native_bf16, "fp16": False}
+    assert precision_defaults("auto", use_cpu=True, given=set()) == expected, "emulated bf16 is slower than fp32"
+    assert precision_defaults("fp32", use_cpu=True, given=set()) == {"bf16": False, "fp16": False}, "fp32 asked for"
+    assert precision_defaults("auto", use_cpu=True, given={"bf16"}) == {}, "--bf16 on the command line wins"
+
+
+@pytest.mark.parametrize("avx512_bf16, amx", [(True, False), (False, True), (False, False)])
+def test_native_bf16_is_avx512_bf16_or_amx(avx512_bf16, amx, monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert cpu_has_native_bf16() == (avx512_bf16 or amx), "oneDNN computes bf16 in hardware with either"
+
+
+def test_cpu_presets_ask_for_the_precision_this_cpu_trains_fastest_in():
+    """`precision: auto` in every CPU preset: bf16 where the CPU has it, fp32 (today's path) elsewhere."""
+    for name in ("ctl_cpu", "ctl_cpu_long", "arithmetic_cpu", "listops_cpu", "ctl_backward_bos_cpu"):
+        assert read_preset(name, None).get("precision") == "auto", f"{name} trains in fp32 even where bf16 is native"
 
 
 def test_two_cpu_processes_train_with_the_total_batch_and_count_every_eval_sample_once(tmp_path):

@@ -66,7 +66,13 @@ from .data import (
     warn_long_texts,
     warn_unknown_words,
 )
-from .devices import apply_total_batch_size, describe_precision, per_device_batch_size, precision_defaults
+from .devices import (
+    apply_total_batch_size,
+    cpu_has_native_bf16,
+    describe_precision,
+    per_device_batch_size,
+    precision_defaults,
+)
 from .errors import UsageError, exit_on_usage_error, first_line
 from .export import EXPORT_FILES, build_model_card, export_model, results_table
 from .locking import OutputDirLock, lock_output_dir
@@ -145,6 +151,7 @@ __all__ = [
     "metrics_function",
     # devices
     "apply_total_batch_size",
+    "cpu_has_native_bf16",
     "describe_precision",
     "per_device_batch_size",
     "precision_defaults",

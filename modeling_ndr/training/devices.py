@@ -1,5 +1,5 @@
 """What depends on the devices a run trains on: the global batch whatever the number of processes
-(`--total_batch_size`), and the mixed precision the GPU supports (`--precision`).
+(`--total_batch_size`), and the mixed precision the GPU or CPU supports (`--precision`).
 
 The paper trains with batches of 512 on one GPU. With k data-parallel processes, Trainer's batch is
 `per_device_train_batch_size x gradient_accumulation_steps x k`; `--total_batch_size 512` sets the per-device batch
@@ -61,12 +61,28 @@ def apply_total_batch_size(training_args, total_batch_size: int | None, given: s
     )
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware: AVX512-BF16 or AMX (what oneDNN uses for bf16).
+
+    Elsewhere bf16 is emulated, and slow: on an AVX2-only EPYC (a Zen 4 whose hypervisor hides AVX-512), a
+    1024x1024 bf16 matrix product ran at 0.7 GFLOP/s against 73 in float32, one thread (docs/results/performance.md).
+
+    Returns:
+        True where torch reports AVX512-BF16 or AMX tiles.
+    """
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private in torch 2.x, hence the getattr
+    return any(callable(check := getattr(cpu, name, None)) and check() for name in checks)
+
+
 def precision_defaults(precision: str | None, use_cpu: bool, given: set[str]) -> dict:
     """The `TrainingArguments` values that `--precision` stands for on this machine.
 
     `auto` is bf16 autocast with TF32 matmuls on a GPU that has bf16 (Ampere and later), plain fp32 on older GPUs (a
-    V100 or T4 has no bf16; fp16 is `--precision fp16`) and on the CPU. The geometric attention computes in float32
-    under any autocast.
+    V100 or T4 has no bf16; fp16 is `--precision fp16`); on the CPU it is bf16 autocast where the CPU has native bf16
+    (`cpu_has_native_bf16`: AVX512-BF16 or AMX) and fp32 elsewhere, where emulated bf16 is many times slower. The
+    geometric attention, the copy gate and the halting probabilities compute in float32 under any autocast; the
+    weights stay float32.
 
     Args:
         precision: one of `PRECISIONS`, or None (Trainer's flags as given).
@@ -84,8 +100,10 @@ def precision_defaults(precision: str | None, use_cpu: bool, given: set[str]) ->
     if given & set(PRECISION_FLAGS):
         return {}
     cuda = torch.cuda.is_available() and not use_cpu
-    if precision == "auto":
-        precision = "bf16" if cuda and torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
+    if precision == "auto" and cuda:
+        precision = "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
+    elif precision == "auto":
+        precision = "bf16" if cpu_has_native_bf16() else "fp32"
     values = {"bf16": precision == "bf16", "fp16": precision == "fp16"}
     if cuda and "tf32" not in given and _tf32_available():
         values["tf32"] = True  # the float32 matmuls outside autocast
