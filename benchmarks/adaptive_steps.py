@@ -27,6 +27,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
 from modeling_ndr import load_task
+from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import ctl_compositions
 
 
@@ -146,13 +147,6 @@ def criterion_study(model, tokenizer, splits, batch_size, steps) -> list[dict]:
     return [fixed, *results]
 
 
-def markdown(rows: list[dict]) -> str:
-    columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def time_inference(model, tokenizer, rows, batch_size, repeats, max_steps) -> dict[str, float]:
     encoded = list(batches(rows, tokenizer, batch_size))
     times = {"fixed": [], "adaptive": []}
@@ -200,7 +194,7 @@ def main():
     if args.study:
         study = criterion_study(model, tokenizer, splits, args.batch_size, args.study_steps)
         print(f"\nStopping criteria on a {args.study_steps}-step run (accuracy / mean steps):\n")
-        print(markdown(study))
+        print(markdown_table(study))
         results["study"] = study
 
     table, by_depth = [], {}
@@ -217,8 +211,8 @@ def main():
                 by_depth[int(depth)][f"{mode} accuracy"] = f"{(predicted[at] == labels[at]).mean():.3f}"
                 by_depth[int(depth)][f"{mode} mean steps"] = f"{steps[at].mean():.1f}"
         table.append(row)
-    print("\nPer split:\n\n" + markdown(table))
-    print("\nPer depth:\n\n" + markdown([by_depth[d] for d in sorted(by_depth)]))
+    print("\nPer split:\n\n" + markdown_table(table))
+    print("\nPer depth:\n\n" + markdown_table([by_depth[d] for d in sorted(by_depth)]))
     timing = time_inference(model, tokenizer, splits["iid_test"], args.batch_size, args.repeats, max_steps)
     speedup = timing["fixed"] / timing["adaptive"]
     print(f"\nInference on iid_test ({len(splits['iid_test'])} samples, batches of {args.batch_size}, median of "

@@ -16,8 +16,9 @@ import os
 import torch
 from torch.nn import functional as F
 
-from common import interleaved, machine, markdown, ratio, save_json
+from common import interleaved, machine, ratio, save_json
 from modeling_ndr.attention_ndr import attention
+from modeling_ndr.tables import markdown_table
 
 
 def inputs(batch, heads, seq, head_size, seed=0):
@@ -121,7 +122,7 @@ def main(argv=None) -> dict:
         rows.append(row)
         print(f"seq {seq}: {row}", flush=True)
     header = f"batch {args.batch}, heads {args.heads}, head size {args.head_size}, forward + backward, median"
-    print(f"\n### attention op ({header})\n\n{markdown(rows)}")
+    print(f"\n### attention op ({header})\n\n{markdown_table(rows)}")
     results = {"machine": machine(), "setting": header, "rows": rows}
     return save_json(args.json, results)
 

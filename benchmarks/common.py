@@ -1,5 +1,5 @@
-"""What the benchmarks share: interleaved timing, machine facts, markdown tables, and loading an earlier commit's
-model code next to the current one."""
+"""What the benchmarks share: interleaved timing, machine facts, and loading an earlier commit's model code next to
+the current one. (Their tables: `modeling_ndr.tables.markdown_table`.)"""
 
 import datetime
 import importlib
@@ -50,13 +50,6 @@ def interleaved(contenders: dict[str, Callable[[], object]], repeats: int, warmu
             if round_index >= warmup:
                 times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
-
-
-def markdown(rows: list[dict]) -> str:
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row.get(column, "")) for column in columns) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def load_reference_package(commit: str = REFERENCE_COMMIT, name: str = "ndr_reference"):

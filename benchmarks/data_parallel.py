@@ -15,8 +15,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from common import machine, markdown, ratio, save_json
+from common import machine, ratio, save_json
 from modeling_ndr import NDRConfig, NDRForSequenceClassification
+from modeling_ndr.tables import markdown_table
 from training_step import SIZES, config_kwargs, task_batches
 
 
@@ -106,9 +107,8 @@ def main(argv=None) -> dict:
         "all-reduce of all gradients (ms)": f"{ddp['all_reduce'] * 1000:.1f}",
         "ideal 2-process speed-up given the compute": ratio(2 * TOTAL_BATCH / 2 / ddp["compute"], one_thread),
     }
-    print(
-        f"\n### data parallelism (ctl_cpu size, total batch {TOTAL_BATCH})\n\n{markdown(rows)}\n\n{markdown([bound])}"
-    )
+    print(f"\n### data parallelism (ctl_cpu size, total batch {TOTAL_BATCH})\n")
+    print(f"{markdown_table(rows)}\n\n{markdown_table([bound])}")
     results = {"machine": machine(), "rows": rows, "bound": bound}
     return save_json(args.json, results)
 

@@ -28,9 +28,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DataCollatorWithPadding
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
-from common import machine, markdown, ratio, save_json
+from common import machine, ratio, save_json
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, load_task, task_readout, task_tokenizer
 from modeling_ndr.attention_ndr import attention
+from modeling_ndr.tables import markdown_table
 
 
 GPU_PRESETS = ("ctl_gpu", "arithmetic_gpu", "listops_gpu")
@@ -261,10 +262,10 @@ def main(argv=None) -> dict | None:
     print(f"### {header}\n", flush=True)
     setting = f"batch {batch}, heads {heads}, head size {head_size}, forward + backward, median"
     attention_rows = attention_op(seqs, batch, heads, head_size, args.repeats, device)
-    print(f"\n### attention op on {name} ({setting})\n\n{markdown(attention_rows)}\n", flush=True)
+    print(f"\n### attention op on {name} ({setting})\n\n{markdown_table(attention_rows)}\n", flush=True)
     presets = [p for p in args.presets.split(",") if p]
     step_rows = training_steps(presets, device, args.tiny, args.repeats, args.compile_backend)
-    print(f"\n### training step on {name} (eager vs torch.compile)\n\n{markdown(step_rows)}\n", flush=True)
+    print(f"\n### training step on {name} (eager vs torch.compile)\n\n{markdown_table(step_rows)}\n", flush=True)
     results = {"machine": machine(), "device": name, "attention": attention_rows, "training_step": step_rows}
     return save_json(args.json, results)
 

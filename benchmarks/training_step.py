@@ -19,8 +19,9 @@ import torch
 from transformers import DataCollatorWithPadding
 
 import modeling_ndr
-from common import interleaved, load_reference_package, machine, markdown, ratio, save_json
+from common import interleaved, load_reference_package, machine, ratio, save_json
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, load_task, task_tokenizer
+from modeling_ndr.tables import markdown_table
 
 
 TRANSFORMER = dict(attention_type="softmax", position_encoding="absolute", copy_gate=False)
@@ -150,7 +151,7 @@ def main(argv=None) -> dict:
     results = {"machine": machine(), "kernel": modeling_ndr.geometric_ndr.uses_cpu_kernel(torch.zeros(1))}
     for name in args.sections.split(","):
         results[name] = SECTIONS[name](args.repeats)
-        print(f"\n### training step: {name}\n\n{markdown(results[name])}", flush=True)
+        print(f"\n### training step: {name}\n\n{markdown_table(results[name])}", flush=True)
     return save_json(args.json, results)
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from mkdocs.structure.files import File
 
+from modeling_ndr.tables import markdown_table
+
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SHARED_IMAGES = REPOSITORY / "hub_cards" / "images"
@@ -50,11 +52,11 @@ def render_table(data: dict, first_column: str = "variant") -> str:
         for column, value in values.items():
             if column not in columns and not isinstance(value, dict | list):
                 columns.append(column)
-    lines = [f"| {first_column} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for row, values in data.items():
-        cells = [format_value(values[column]) if column in values else "" for column in columns]
-        lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [
+        [f"`{row}`", *(format_value(values[column]) if column in values else "" for column in columns)]
+        for row, values in data.items()
+    ]
+    return markdown_table(rows, [first_column, *columns]) + "\n"
 
 
 def render_tables(markdown: str, results: Path = RESULTS) -> str:
@@ -83,11 +85,7 @@ def fixed_steps_accuracy(result: dict) -> float:
 def render_released(models: Path = RELEASED) -> str:
     """One row per released folder: task, accuracy per split as loaded, ood_test (and CTL's deeper compositions) with
     the fixed steps of training, the paper's ood_test, and the training run."""
-    lines = [
-        "| repository | task | iid_test | ood_valid | ood_test | ood_test, fixed steps | 11–12 functions: as loaded "
-        "/ fixed steps | the paper's ood_test | trained |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for folder in sorted(path for path in models.iterdir() if (path / "eval_results.json").is_file()):
         results = json.loads((folder / "eval_results.json").read_text())
         run = json.loads((folder / "run_config.json").read_text())
@@ -99,9 +97,10 @@ def render_released(models: Path = RELEASED) -> str:
         minutes = run.get("training", {}).get("seconds", 0) / 60
         machine = run["machine"].split(", torch")[0]  # the torch build is on the card
         trained = f"`{run['preset']}`: {minutes:.1f} min, {run.get('processes', 1)} process(es) on {machine}"
-        cells = [f"`{folder.name}`", task, *scores, fixed, deeper, PAPER_OOD_TEST.get(task, ""), trained]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([f"`{folder.name}`", task, *scores, fixed, deeper, PAPER_OOD_TEST.get(task, ""), trained])
+    columns = ["repository", "task", *SPLITS, "ood_test, fixed steps", "11–12 functions: as loaded / fixed steps",
+               "the paper's ood_test", "trained"]  # fmt: skip
+    return markdown_table(rows, columns) + "\n"
 
 
 def on_page_markdown(markdown, page, config, files):

@@ -8,9 +8,10 @@ For each task, `<out>/ndr-<task>/` becomes exactly what the Hub repository holds
 - one parquet file per split and config, written by `Dataset.to_parquet` from `modeling_ndr.load_task(task, seed)`
   at the paper's sizes: `data/<split>.parquet`, and for CTL `data/forward/<split>.parquet` and
   `data/backward/<split>.parquet`;
-- `README.md`, a dataset card whose YAML header declares the configs, each split's data file and the features
-  (`configs:` / `dataset_info:`), so `datasets.load_dataset("org/ndr-ctl", "backward")` needs no loading script.
-  Its tables (rows, depth and label histograms, examples, CTL's function tables) are computed from the data.
+- `README.md`, a dataset card rendered from `hub_cards/dataset_card_template.md` (`DatasetCard.from_template`), whose
+  YAML header declares the configs, each split's data file and the features (`configs:` / `dataset_info:`), so
+  `datasets.load_dataset("org/ndr-ctl", "backward")` needs no loading script. Its tables (rows, depth and label
+  histograms, examples, CTL's function tables) are computed from the data.
 
 A rerun writes the same bytes (with the same pyarrow), so it does not churn git. The `ndr` git repository holds every
 file except ListOps' 1,000,000-row train split (`NOT_COMMITTED`, git-ignored): this command writes it, in about two
@@ -27,9 +28,10 @@ import os
 
 import datasets
 from datasets.info import DatasetInfosDict
-from huggingface_hub import DatasetCardData
+from huggingface_hub import DatasetCard, DatasetCardData
 
 from modeling_ndr import ctl_tables, load_task, task_label_names, task_readout
+from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import GENERATOR_VERSION, SPLIT_NAMES
 from modeling_ndr.training.atomic import atomic_folder
 from modeling_ndr.training.errors import exit_on_usage_error
@@ -37,6 +39,7 @@ from modeling_ndr.training.errors import exit_on_usage_error
 
 HUB_CARDS = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HUB_CARDS, "datasets")
+TEMPLATE = os.path.join(HUB_CARDS, "dataset_card_template.md")
 # what a repository folder holds; an existing folder with other files (a clone of the Hub repository) is not replaced
 REPO_FILES = ("README.md", "data/*.parquet")
 
@@ -161,32 +164,28 @@ def histogram(values) -> str:
     return ", ".join(f"{key}: {count:,}" for key, count in sorted(counts.items()))
 
 
-def split_table(dataset) -> list[str]:
-    lines = ["| split | purpose | rows | depth: rows | label: rows |", "|---|---|---|---|---|"]
+def split_table(dataset) -> str:
+    rows = []
     for split in SPLIT_NAMES:
-        rows = dataset[split]
-        lines.append(
-            f"| `{split}` | {SPLIT_PURPOSE[split]} | {len(rows):,} | {histogram(rows['depth'])} | "
-            f"{histogram(rows['label'])} |"
-        )
-    return lines
+        data = dataset[split]
+        rows.append([f"`{split}`", SPLIT_PURPOSE[split], f"{len(data):,}", histogram(data["depth"]),
+                     histogram(data["label"])])  # fmt: skip
+    return markdown_table(rows, ["split", "purpose", "rows", "depth: rows", "label: rows"])
 
 
-def example_lines(dataset, label_names, n_per_split: int = 3) -> list[str]:
-    lines = ["| split | text | label | depth |", "|---|---|---|---|"]
-    for split in SPLIT_NAMES:
-        for row in dataset[split].select(range(min(n_per_split, len(dataset[split])))):
-            lines.append(f"| `{split}` | `{row['text']}` | {label_names[row['label']]} | {row['depth']} |")
-    return lines
+def example_table(dataset, label_names, n_per_split: int = 3) -> str:
+    rows = [
+        [f"`{split}`", f"`{row['text']}`", label_names[row["label"]], row["depth"]]
+        for split in SPLIT_NAMES
+        for row in dataset[split].select(range(min(n_per_split, len(dataset[split]))))
+    ]
+    return markdown_table(rows, ["split", "text", "label", "depth"])
 
 
-def ctl_table_lines(seed: int) -> list[str]:
+def ctl_function_table(seed: int) -> str:
     symbols = task_label_names("ctl")
-    lines = ["| function | " + " | ".join(f"f({symbol})" for symbol in symbols) + " |"]
-    lines.append("|---" * (len(symbols) + 1) + "|")
-    for function, table in ctl_tables(seed).items():
-        lines.append(f"| `{function}` | " + " | ".join(symbols[value] for value in table) + " |")
-    return lines
+    rows = [[f"`{function}`", *(symbols[value] for value in table)] for function, table in ctl_tables(seed).items()]
+    return markdown_table(rows, ["function", *(f"f({symbol})" for symbol in symbols)])
 
 
 def card_data(task: str, variants: dict) -> DatasetCardData:
@@ -223,144 +222,51 @@ def card_data(task: str, variants: dict) -> DatasetCardData:
     return data
 
 
-def loading_lines(task: str, namespace: str, variants: dict, file_sizes: dict) -> list[str]:
-    repo_id = f"{namespace}/{repo_name(task)}"
-    config = "backward" if task == "ctl" else None
-    config_argument = f', "{config}"' if config else ""
-    direction = f', direction="{config}"' if config else ""
-    first = variants[config or "default"]["ood_test"][0]
-    lines = [
-        "## Loading",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        "",
-        f'dataset = load_dataset("{repo_id}"{config_argument})  # DatasetDict: train, iid_test, ood_valid, ood_test',
-        f'dataset["ood_test"][0]  # {first}',
-        'dataset["ood_test"].features["label"].int2str(' + f"{first['label']})  # "
-        f"'{task_label_names(task)[first['label']]}'",
-        "```",
-        "",
-    ]
-    if task == "ctl":
-        lines += ["`load_dataset(...)` without a config name loads `forward`.", ""]
-    lines += [
-        "**Offline** (`HF_HUB_OFFLINE=1`):",
-        "",
-        "- the call above works once it has run online: `datasets` reloads the Arrow files it prepared from its own "
-        "cache (`$HF_HOME/datasets`);",
-        "- a copy of the repository (in the hub cache, or any folder) is read by path: "
-        f'`load_dataset(huggingface_hub.snapshot_download("{repo_id}", repo_type="dataset"){config_argument})` '
-        "(`snapshot_download` returns the cached snapshot offline), or "
-        f'`load_dataset("path/to/{repo_name(task)}"{config_argument})`;',
-        "- `datasets` 5.2 does not look a hub id up in the hub cache (`$HF_HOME/hub`) when offline: with only that "
-        "cache, `load_dataset(repo_id)` raises `ConnectionError`.",
-        "",
-    ]
-    not_committed = NOT_COMMITTED.get(task, ())
-    lines += [
-        "### Files",
-        "",
-        "| file | rows | size | in the `ndr` git repository |",
-        "|---|---|---|---|",
-    ]
+def files_table(variants: dict, file_sizes: dict, not_committed: tuple[str, ...]) -> str:
+    rows = []
     for config in variants:
         for split in SPLIT_NAMES:
             path = data_file(config, split)
             status = "not committed; written by the command below" if path in not_committed else "committed"
-            lines.append(f"| `{path}` | {len(variants[config][split]):,} | {file_size(file_sizes[path])} | {status} |")
-    lines += [
-        "",
-        "Every file is written by `python hub_cards/make_dataset_repos.py --tasks "
-        f"{task}` in the `ndr` repository (`make datasets` builds all three repositories); "
-        "a rerun writes the same bytes.",
-    ]
-    if not_committed:
-        files = ", ".join(f"`{path}`" for path in not_committed)
-        lines += [
-            "",
-            f"The Hub repository holds every file. A checkout of `ndr` lacks {files} (about two and a half minutes to "
-            "generate on two CPU cores) until that command has run, and until then `load_dataset` "
-            f"on the folder raises `FileNotFoundError: Unable to find '.../{not_committed[0]}'`, also with "
-            '`split="iid_test"`: `datasets` resolves every declared file before it reads one. The evaluation '
-            "splits alone load with explicit data files:",
-            "",
-            "```python",
-            "evaluation = load_dataset(",
-            f'    "hub_cards/datasets/{repo_name(task)}",',
-            '    data_files={split: f"data/{split}.parquet" for split in ("iid_test", "ood_valid", "ood_test")},',
-            ")",
-            "```",
-        ]
-    lines += [
-        "",
-        "### With the `ndr` package",
-        "",
-        "```python",
-        "from modeling_ndr import load_task, task_tokenizer",
-        "",
-        f'dataset = load_task("{task}", seed=0{direction})  # the same rows, regenerated from the seed',
-        f'tokenizer = task_tokenizer("{task}")  # word level, [BOS] ... [EOS]',
-        "```",
-        "",
-    ]
-    return lines
+            rows.append([f"`{path}`", f"{len(variants[config][split]):,}", file_size(file_sizes[path]), status])
+    return markdown_table(rows, ["file", "rows", "size", "in the `ndr` git repository"])
 
 
 def write_card(task: str, seed: int, variants: dict, file_sizes: dict, repo_dir: str, namespace: str) -> str:
-    """variants: config name -> DatasetDict. Returns the card's path."""
-    text = TASK_TEXT[task]
-    first_config = next(iter(variants))
-    dataset = variants[first_config]
-    label_names = task_label_names(task)
+    """Render `dataset_card_template.md` (`DatasetCard.from_template`) into `repo_dir/README.md`. variants: config
+    name -> DatasetDict. Returns the card's path."""
+    dataset = variants[next(iter(variants))]
+    # the snippets load CTL's backward config, to show how a config is named
+    config = "backward" if task == "ctl" else None
+    first_row = variants[config or "default"]["ood_test"][0]
     readout = task_readout(task)
-    body = [
-        f"# {text['pretty_name']}",
-        "",
-        text["summary"],
-        "",
-        "Generated by the `ndr` package (`modeling_ndr.load_task`); the numbers below were computed from the "
-        f"generated data (seed {seed}, generator version {GENERATOR_VERSION}).",
-        "",
-        *loading_lines(task, namespace, variants, file_sizes),
-        "## Format",
-        "",
-        "Columns: `text` (tokens separated by single spaces), `label` (`ClassLabel`), `depth` (int32).",
-        "",
-        text["format"],
-        "",
-        f"- **Label**: {text['label']}",
-        f"- **Depth**: {text['depth']}",
-        f"- **Readout**: the paper's models classify from the {readout} token "
-        f"({'[BOS]' if readout == 'first' else '[EOS]'}).",
-        "",
-        f"Example lines (the first rows of each split{', forward config' if task == 'ctl' else ''}):",
-        "",
-        *example_lines(dataset, label_names),
-        "",
-        "## Splits",
-        "",
-        *split_table(dataset),
-        "",
-        "No `iid_test`, `ood_valid` or `ood_test` text appears in `train`; every split is balanced per depth as far "
-        "as the number of distinct samples allows.",
-        "",
-        "## How the data is generated",
-        "",
-        text["sampling"],
-        "",
-        f"Seed: {seed}. Every depth of every split family has its own `random.Random` stream seeded arithmetically "
-        "from the seed (no Python `hash`, no global random state); the rows of each split are then shuffled with "
-        "another seeded stream.",
-        "",
-    ]
-    if task == "ctl":
-        body += [f"### Function tables (seed {seed})", "", *ctl_table_lines(seed), ""]
-    body += ["## Citation", "", "```bibtex", CITATION, "```", ""]
-    card = f"---\n{card_data(task, variants).to_yaml()}\n---\n\n" + "\n".join(body)
+    card = DatasetCard.from_template(
+        card_data(task, variants),
+        template_path=TEMPLATE,
+        **TASK_TEXT[task],
+        task=task,
+        seed=seed,
+        generator_version=GENERATOR_VERSION,
+        repo_id=f"{namespace}/{repo_name(task)}",
+        repo_name=repo_name(task),
+        config_argument=f', "{config}"' if config else "",
+        direction_argument=f', direction="{config}"' if config else "",
+        default_config="forward" if task == "ctl" else None,
+        first_row=first_row,
+        first_label=task_label_names(task)[first_row["label"]],
+        files_table=files_table(variants, file_sizes, NOT_COMMITTED.get(task, ())),
+        not_committed=NOT_COMMITTED.get(task, ()),
+        readout=readout,
+        readout_token="[BOS]" if readout == "first" else "[EOS]",
+        example_config=", forward config" if task == "ctl" else "",
+        example_table=example_table(dataset, task_label_names(task)),
+        split_table=split_table(dataset),
+        function_table=ctl_function_table(seed) if task == "ctl" else None,
+        citation=CITATION,
+    )
     path = os.path.join(repo_dir, "README.md")
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(card)
+        f.write(f"{card}\n")  # Jinja drops the template's last newline
     return path
 
 

@@ -29,6 +29,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 import modeling_ndr
+from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import ctl_compositions
 from modeling_ndr.training import (
     EVAL_SPLITS,
@@ -188,13 +189,12 @@ def predict(
 def steps_table(results: dict) -> str:
     """Mean steps per split and depth (ACT's ponder steps or adaptive steps), as markdown."""
     depths = sorted({int(d) for values in results.values() for d in values.get("mean_steps_by_depth", {})})
-    lines = ["| split | mean steps | " + " | ".join(f"depth {d}" for d in depths) + " |"]
-    lines.append("|" + "---|" * (len(depths) + 2))
+    rows = []
     for split, values in results.items():
         by_depth = values.get("mean_steps_by_depth", {})
         cells = [f"{by_depth[str(d)]:.2f}" if str(d) in by_depth else "" for d in depths]
-        lines.append(f"| {split} | {values['mean_steps']:.2f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([split, f"{values['mean_steps']:.2f}", *cells])
+    return markdown_table(rows, ["split", "mean steps", *(f"depth {d}" for d in depths)])
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -17,6 +17,7 @@ import os
 import numpy as np
 import torch
 
+from ..tables import markdown_table
 from ..tasks import ctl_compositions, task_label_names
 
 
@@ -242,14 +243,13 @@ def comparison_table(eval_results: dict) -> str | None:
         return None
     fixed_steps = sorted({values["fixed_steps"]["num_steps"] for values in splits.values()})
     fixed_name = f"fixed {fixed_steps[0]} steps" if len(fixed_steps) == 1 else "fixed steps"
-    lines = [f"| split | depth | {fixed_name} | adaptive | adaptive: mean steps |", "|---|---|---|---|---|"]
+    rows = []
     for split, values in splits.items():
         for depth in sorted(values["by_depth"], key=int):
             fixed, accuracy = values["fixed_steps"]["by_depth"][depth], values["by_depth"][depth]
             steps = values.get("mean_steps_by_depth", {}).get(depth)
-            steps = "" if steps is None else f"{steps:.1f}"
-            lines.append(f"| {split} | {depth} | {fixed:.3f} | {accuracy:.3f} | {steps} |")
-    return "\n".join(lines)
+            rows.append([split, depth, f"{fixed:.3f}", f"{accuracy:.3f}", "" if steps is None else f"{steps:.1f}"])
+    return markdown_table(rows, ["split", "depth", fixed_name, "adaptive", "adaptive: mean steps"])
 
 
 def card_values(config, run_config: dict, eval_results: dict) -> dict | None:
@@ -316,15 +316,14 @@ def export_summary(export_dir: str) -> str | None:
     if table is None or not isinstance(selection, dict):
         return None
     fixed_steps = next(values["fixed_steps"]["num_steps"] for values in results.values() if values.get("fixed_steps"))
-    lines = [
-        f"The export runs adaptive steps as loaded: threshold {selection['adaptive_threshold']} (chosen on "
-        f"{selection['split']}), at most {selection['max_adaptive_steps']} steps.",
-        "",
-        f"| split | fixed {fixed_steps} steps | adaptive | adaptive: mean steps |",
-        "|---|---|---|---|",
+    per_split = [
+        [split, f"{values['fixed_steps']['accuracy']:.4f}", f"{values['accuracy']:.4f}", f"{values['mean_steps']:.1f}"]
+        for split, values in results.items()
+        if values.get("fixed_steps")
     ]
-    for split, values in results.items():
-        if fixed := values.get("fixed_steps"):
-            accuracy, steps = values["accuracy"], values["mean_steps"]
-            lines.append(f"| {split} | {fixed['accuracy']:.4f} | {accuracy:.4f} | {steps:.1f} |")
-    return "\n".join([*lines, "", table])
+    summary = (
+        f"The export runs adaptive steps as loaded: threshold {selection['adaptive_threshold']} (chosen on "
+        f"{selection['split']}), at most {selection['max_adaptive_steps']} steps."
+    )
+    columns = ["split", f"fixed {fixed_steps} steps", "adaptive", "adaptive: mean steps"]
+    return "\n\n".join([summary, markdown_table(per_split, columns), table])

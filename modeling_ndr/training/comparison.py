@@ -16,6 +16,7 @@ import shutil
 import sys
 
 import modeling_ndr
+from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import split_depths
 
 
@@ -54,24 +55,24 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
     lines += [f"Measured {datetime.date.today().isoformat()} on {platform.node() or 'this machine'}, "
               f"{os.cpu_count()} CPU cores, {args.nproc} training process(es); each variant with its own recipe "
               f"(configuration/variants/NAME.yaml){extras}.", ""]  # fmt: skip
-    columns = [*SPLITS, "ood_test as loaded", "11-12 functions as loaded", "training time"]
-    lines += ["| variant | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    rows = []
     for variant, run in runs.items():
         cells = [f"{run['results'][split]['accuracy']:.3f}" for split in SPLITS]
         loaded = run["as_loaded"]
         cells += ["–" if loaded[key] is None else f"{loaded[key]:.3f}" for key in ("ood_test", "deeper")]
-        lines.append(f"| {variant} | " + " | ".join(cells) + f" | {minutes(run['seconds'])} |")
+        rows.append([variant, *cells, minutes(run["seconds"])])
+    columns = ["variant", *SPLITS, "ood_test as loaded", "11-12 functions as loaded", "training time"]
+    lines.append(markdown_table(rows, columns))
     lines += [
         "",
         "Accuracy per depth (training depths: " + ", ".join(map(str, split_depths(task)["train"])) + "):",
         "",
     ]
-    lines += ["| variant | " + " | ".join(f"depth {d}" for d in depths) + " |", "|---" * (len(depths) + 1) + "|"]
+    rows = []
     for variant, run in runs.items():
         accuracy = by_depth(run)
-        lines.append(
-            f"| {variant} | " + " | ".join(f"{accuracy[d]:.3f}" if d in accuracy else "" for d in depths) + " |"
-        )
+        rows.append([variant, *(f"{accuracy[d]:.3f}" if d in accuracy else "" for d in depths)])
+    lines.append(markdown_table(rows, ["variant", *(f"depth {d}" for d in depths)]))
     lines += [
         "",
         "The splits with the fixed step count the variant trained with (the paper's protocol); as loaded: the "
@@ -81,23 +82,23 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
         "",
     ]
     lines += ["Recipes (batch: the global batch; ponder: ACT's final ponder weight):", ""]
-    lines += ["| variant | " + " | ".join(column for column, _ in RECIPE_COLUMNS) + " |",
-              "|---" * (len(RECIPE_COLUMNS) + 1) + "|"]  # fmt: skip
+    rows = []
     for variant, run in runs.items():
         cells = ["" if run["recipe"][column] is None else f"{run['recipe'][column]:g}" for column, _ in RECIPE_COLUMNS]
-        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        rows.append([variant, *cells])
+    lines.append(markdown_table(rows, ["variant", *(column for column, _ in RECIPE_COLUMNS)]))
     act = {variant: run["mean_steps"] for variant, run in runs.items() if run.get("mean_steps")}
     for key, what in (("readout_steps", "of the column the classifier reads"), ("mean_steps", "of the real columns")):
         if not act:
             break
         lines += ["", f"ACT: mean halting step {what}, per depth (at most the variant's layers):"]
-        lines += ["", "| variant | split | mean | " + " | ".join(f"depth {d}" for d in depths) + " |",
-                  "|---" * (len(depths) + 3) + "|"]  # fmt: skip
+        rows = []
         for variant, steps in act.items():
             for split, values in steps.items():
                 per_depth = {int(d): m for d, m in values.get(f"{key}_by_depth", {}).items()}
                 cells = [f"{per_depth[d]:.2f}" if d in per_depth else "" for d in depths]
-                lines.append(f"| {variant} | {split} | {values[key]:.2f} | " + " | ".join(cells) + " |")
+                rows.append([variant, split, f"{values[key]:.2f}", *cells])
+        lines += ["", markdown_table(rows, ["variant", "split", "mean", *(f"depth {d}" for d in depths)])]
     unfit = [variant for variant, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT]
     if unfit:
         lines += ["", f"Below {FIT} on iid_test (learning curves in curves.png): " + ", ".join(unfit) + "."]

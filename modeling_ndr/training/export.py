@@ -20,6 +20,7 @@ import re
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..modeling_ndr import NDRForSequenceClassification
+from ..tables import markdown_table
 from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
 from .atomic import atomic_folder, check_replaceable
@@ -72,13 +73,11 @@ def results_table(eval_results: dict) -> str:
     table of accuracies only."""
     by_depth = {split: {int(d): a for d, a in values["by_depth"].items()} for split, values in eval_results.items()}
     depths = sorted({d for values in by_depth.values() for d in values})
-    columns = ["split", "accuracy"] + [f"depth {d}" for d in depths]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    rows = []
     for split, values in eval_results.items():
-        cells = [split, f"{values['accuracy']:.4f}"]
-        cells += [f"{by_depth[split][d]:.3f}" if d in by_depth[split] else "" for d in depths]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        cells = [f"{by_depth[split][d]:.3f}" if d in by_depth[split] else "" for d in depths]
+        rows.append([split, f"{values['accuracy']:.4f}", *cells])
+    return markdown_table(rows, ["split", "accuracy", *(f"depth {d}" for d in depths)])
 
 
 def own_data_name(task: dict) -> str | None:

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from modeling_ndr.tables import markdown_table
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(os.path.dirname(HERE), "train.py")
@@ -108,13 +110,22 @@ def main():
         }
 
     print(f"\nCTL + 3 new functions, {args.max_steps} steps of 64 samples; data written in {times['data']:.1f} s\n")
-    print("| run | wall time | iid_test | ood_valid (depths 6-8) | ood_test (depths 9-10) | depth 9 | depth 10 |")
-    print("|---|---|---|---|---|---|---|")
+    rows = []
     for name, values in results.items():
         cells = [name, minutes(times[name])] + [f"{values[split]['accuracy']:.3f}" for split in SPLITS]
         by_depth = values["ood_test"]["by_depth"]
         cells += [f"{by_depth[d]:.3f}" if d in by_depth else "–" for d in ("9", "10")]
-        print("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    columns = [
+        "run",
+        "wall time",
+        "iid_test",
+        "ood_valid (depths 6-8)",
+        "ood_test (depths 9-10)",
+        "depth 9",
+        "depth 10",
+    ]
+    print(markdown_table(rows, columns))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer  # no
 
 import modeling_ndr  # noqa: E402, F401  (registers NDR with the Auto classes)
 from modeling_ndr.plotting import plot_routing  # noqa: E402
+from modeling_ndr.tables import markdown_table  # noqa: E402
 from modeling_ndr.tasks import ctl_compositions, task_label_names  # noqa: E402
 from modeling_ndr.tasks.arithmetic import arithmetic_stream  # noqa: E402
 from modeling_ndr.tasks.listops import listops_stream  # noqa: E402
@@ -157,13 +158,14 @@ def explore(name: str, text: str, step: int, head: int, drawn: dict | None):
     label, probability, _ = predict(model, tokenizer, text, adaptive=False)
     adaptive_label, adaptive_probability, adaptive_steps = predict(model, tokenizer, text, adaptive=True)
     loaded = "adaptive" if config.adaptive_steps else "fixed"
+    steps = [
+        ["fixed steps", f"**{label}**", f"{probability:.3f}", fixed_steps],
+        ["adaptive steps", f"**{adaptive_label}**", f"{adaptive_probability:.3f}", adaptive_steps],
+    ]
     lines = [
         f"**{name}** on `{text}` ({len(text.split())} tokens); as loaded, the model runs **{loaded}** steps.",
         "",
-        "| | prediction | probability | steps |",
-        "|---|---|---|---|",
-        f"| fixed steps | **{label}** | {probability:.3f} | {fixed_steps} |",
-        f"| adaptive steps | **{adaptive_label}** | {adaptive_probability:.3f} | {adaptive_steps} |",
+        markdown_table(steps, ["", "prediction", "probability", "steps"]),
     ]
     if drawn and drawn.get("text") == text:
         lines += ["", f"True answer: **{drawn['label']}** (a drawn input of depth {drawn['depth']})."]
