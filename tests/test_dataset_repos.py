@@ -178,3 +178,21 @@ def test_files_not_committed_are_git_ignored():
             if result.returncode == 128:
                 pytest.skip("not a git checkout")
             assert result.returncode == 0, f"{relative} is generated ({result.returncode}); .gitignore must name it"
+
+
+@pytest.mark.parametrize("task", [task for task in CONFIGS if not NOT_COMMITTED.get(task)])
+def test_the_committed_card_is_what_the_generator_writes_from_the_committed_files(task, tmp_path):
+    """The card (rendered from hub_cards/dataset_card_template.md) must not drift from the generator: rendered again
+    from the committed data files, it is the committed card byte for byte."""
+    variants, sizes = {}, {}
+    for config in CONFIGS[task]:
+        variants[config] = datasets.load_dataset(repo_folder(task), config)
+        for split in SPLIT_NAMES:
+            path = make_dataset_repos.data_file(config, split)
+            sizes[path] = os.path.getsize(os.path.join(repo_folder(task), path))
+    written = make_dataset_repos.write_card(task, 0, variants, sizes, str(tmp_path), "org")
+    with (
+        open(written, encoding="utf-8") as new,
+        open(os.path.join(repo_folder(task), "README.md"), encoding="utf-8") as old,
+    ):
+        assert new.read() == old.read(), f"{task}: the generator writes another card; run make datasets"
