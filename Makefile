@@ -14,7 +14,7 @@ DEMO_ARGS ?=
 
 .PHONY: help compare release push-release setup demo demo-backward demo-backward-long demo-forward-long \
 	demo-backward-bos demo-backward-first example-finetune test test-slow test-gpu lint format bench datasets clean \
-	docs docs-serve space screenshot gpu-release
+	docs docs-serve space screenshot gpu-release release-continue
 
 setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
 
@@ -107,14 +107,18 @@ datasets: $(STAMP) ## the dataset repositories in hub_cards/datasets/ (~3 min)
 # network and a token)
 release: $(STAMP) ## the released models in hub_cards/models/ (trains the runs that are missing)
 	$(BIN)/python hub_cards/make_model_repos.py --train
-# the paper-size model of one task on this machine's GPU(s): its GPU preset (configuration/*_gpu.yaml, about 40 minutes
-# of one H100) trained in resumable chunks of CHUNK_MINUTES, evaluated, written to hub_cards/models/ndr-<task>
-# (docs/clusters.md); run again, it resumes an interrupted release
+# releases that keep training: resume the training line of hub_cards/models/ndr-<TASK> (its last-checkpoint/) for
+# MINUTES, keep the new last-checkpoint/, and replace the release only when ood_valid improved (docs/training.md).
+# release-continue trains on this CPU (2 gloo processes, configuration/<task>_cpu_continue.yaml); gpu-release on this
+# machine's GPUs with the task's GPU preset (the paper's recipe), so separate GPU half hours add up to one run.
 TASK ?= listops
-CHUNK_MINUTES ?= 8.5
+MINUTES ?= 60
+RELEASE_ARGS ?=
 GPU_RELEASE_ARGS ?=
-gpu-release: $(STAMP) ## the paper-size model of TASK (ctl-forward, ctl-backward, arithmetic, listops) on this GPU
-	$(BIN)/python hub_cards/make_model_repos.py --gpu $(TASK) --chunk_minutes $(CHUNK_MINUTES) $(GPU_RELEASE_ARGS)
+release-continue: $(STAMP) ## keep training the release of TASK on this CPU for MINUTES (e.g. TASK=arithmetic MINUTES=150)
+	$(BIN)/python hub_cards/make_model_repos.py --continue $(TASK) --minutes $(MINUTES) $(RELEASE_ARGS)
+gpu-release: $(STAMP) ## keep training the paper-size model of TASK on this machine's GPU(s) for MINUTES
+	$(BIN)/python hub_cards/make_model_repos.py --gpu $(TASK) --minutes $(MINUTES) $(GPU_RELEASE_ARGS)
 ORG ?= ndr-org
 push-release: $(STAMP) ## upload the released models to ORG (needs a network and a token)
 	$(BIN)/python hub_cards/make_model_repos.py --push --org $(ORG)

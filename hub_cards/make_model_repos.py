@@ -5,17 +5,21 @@
     python hub_cards/make_model_repos.py --push --org ORG [--names ndr-ctl-forward]   # upload (needs a network)
     python hub_cards/make_model_repos.py --stage DIR     # what --push uploads, written to DIR instead
     python hub_cards/make_model_repos.py --refresh       # re-render built releases' cards (no run in outputs/)
-    python hub_cards/make_model_repos.py --gpu listops --chunk_minutes 8.5   # the paper-size model on this GPU
+    python hub_cards/make_model_repos.py --continue arithmetic --minutes 150   # keep training a release (this CPU)
+    python hub_cards/make_model_repos.py --gpu listops --minutes 25          # the paper-size model on this GPU
 
 Each release is one training run of `training/train.py` with a task preset, launched as `make demo` launches it (two
 gloo processes on the CPU), into `outputs/<run>/`. Its folder here holds `config.json` (with `auto_map` and
 `id2label`), `model.safetensors`, the tokenizer files, `eval_results.json`, `run_config.json` and a model card whose
 model-index holds the measured accuracy per split, with the command, preset, training time and machine.
 
-`--gpu TASK` (`make gpu-release TASK=...`) trains the task's GPU preset (`configuration/<task>_gpu.yaml`, the paper's
-recipe fitted into 40 minutes of one H100) on this machine's GPUs in resumable chunks (`run_in_chunks`: each chunk
-stops with a checkpoint after `--chunk_minutes` and the next resumes it; running the command again continues an
-interrupted release), evaluates, and writes `hub_cards/models/ndr-<task>/` with its card, replacing the CPU release.
+Releases keep training (`modeling_ndr.training.continuation`): each folder may carry `last-checkpoint/`, the
+newest state of its training line. `--continue TASK --minutes M` (`make release-continue TASK=... MINUTES=...`) resumes
+that line on this CPU (two gloo processes, the task's `*_cpu_continue` preset) for a time box, always keeps the new
+`last-checkpoint/`, and replaces the release only when `ood_valid` improved. `--gpu TASK --minutes M` (`make
+gpu-release`) does the same on this machine's GPUs with the task's GPU preset (`configuration/<task>_gpu.yaml`, the
+paper's recipe): two separate GPU half hours add up to one run. A line of another recipe is refused in one line
+(`--switch_recipe` starts a new line of the asked recipe; `--gpu` does so by itself, from a new model).
 
 The modeling code is not committed here (copies would drift from `modeling_ndr/`): `--push` and `--stage` add it
 from the installed package (`save_pretrained` writes it), so the pushed repository also loads with
@@ -32,9 +36,10 @@ import tempfile
 
 import torch
 
-from modeling_ndr.training import export_model, run_in_chunks
+from modeling_ndr.training import export_model, read_preset
 from modeling_ndr.training.atomic import atomic_folder
-from modeling_ndr.training.errors import exit_on_usage_error
+from modeling_ndr.training.continuation import CURVE_FILE, LAST_CHECKPOINT, continue_release
+from modeling_ndr.training.errors import UsageError, exit_on_usage_error
 
 
 HUB_CARDS = os.path.dirname(os.path.abspath(__file__))
@@ -54,6 +59,8 @@ RELEASED_FILES = (
     "eval_results.json",
     "run_config.json",
 )
+# what a release folder keeps when it is re-rendered (--refresh, make release): the line's state and its curve
+LINE_FILES = (LAST_CHECKPOINT, CURVE_FILE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,14 +93,25 @@ RELEASES = {
     "ndr-arithmetic": Release("arithmetic_cpu", "arithmetic_cpu"),
     "ndr-listops": Release("listops_cpu", "listops_cpu"),
 }
-# make gpu-release TASK=<task>: the paper-size models, trained on this machine's GPUs in resumable chunks. A GPU
-# release replaces the CPU one of the same name in hub_cards/models/; point its RELEASES entry to the GPU run so that
-# --refresh re-renders the GPU run (make gpu-release, not --train, trains it again).
+# make gpu-release TASK=<task>: the paper-size models, on this machine's GPUs, as a line that keeps training (each call
+# resumes it for MINUTES). A GPU release replaces the CPU one of the same name in hub_cards/models/ once its ood_valid
+# is higher; --refresh re-renders a release from its own folder.
 GPU_RELEASES = {
     "ctl-forward": ("ndr-ctl-forward", Release("ctl_gpu", "ctl_forward_gpu")),
     "ctl-backward": ("ndr-ctl-backward", Release("ctl_backward_gpu", "ctl_backward_gpu")),
     "arithmetic": ("ndr-arithmetic", Release("arithmetic_gpu", "arithmetic_gpu")),
     "listops": ("ndr-listops", Release("listops_gpu", "listops_gpu")),
+}
+# make release-continue TASK=<task>: the line a release keeps training on this CPU (2 gloo processes)
+CPU_CONTINUATIONS = {
+    "arithmetic": ("ndr-arithmetic", Release("arithmetic_cpu_continue", "release/ndr-arithmetic")),
+}
+# the paper's NDR: training samples (steps x 512) and ood_test accuracy, marked on a release's learning curve
+PAPER_BUDGETS = {
+    "ndr-ctl-forward": {"samples": 30_000 * 512, "ood_test": 1.00},
+    "ndr-ctl-backward": {"samples": 30_000 * 512, "ood_test": 1.00},
+    "ndr-arithmetic": {"samples": 50_000 * 512, "ood_test": 0.98},  # 0.98 "after about 50K steps"
+    "ndr-listops": {"samples": 100_000 * 512, "ood_test": 0.99},
 }
 
 
@@ -120,69 +138,149 @@ def build(name: str, org: str, train: bool, refresh: bool = False) -> str | None
     return _copy_release(name, run, org)
 
 
-def gpu_train_command(preset: str, output_dir: str, processes: int) -> list[str]:
-    """One chunk's launch (`run_in_chunks` adds `--max_wall_minutes` and `--resume_from_checkpoint auto`): train.py
-    on one GPU, or `accelerate launch` with `configuration/accelerate/multi_gpu.yaml` on several. The preset sets the
-    precision (`precision: auto`) and the global batch (`total_batch_size`), whatever the number of GPUs."""
-    train = [os.path.join("training", "train.py"), "--preset", preset, "--output_dir", output_dir,
-             "--disable_tqdm", "true"]  # fmt: skip
-    if processes == 1:
-        return [sys.executable] + train
-    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
-    config = os.path.join("configuration", "accelerate", "multi_gpu.yaml")
-    return [accelerate, "launch", "--config_file", config, "--num_processes", str(processes)] + train
+def total_batch(values: dict, processes: int) -> int:
+    """Samples per optimizer step of a preset launched with `processes` processes."""
+    if values.get("total_batch_size"):
+        return int(values["total_batch_size"])
+    per_device = int(values.get("per_device_train_batch_size", 8))
+    return per_device * processes * int(values.get("gradient_accumulation_steps", 1))
 
 
-def gpu_release(
-    task: str,
-    chunk_minutes: float,
-    processes: int | None = None,
+def continue_line(
+    name: str,
+    release: Release,
+    minutes: float,
+    command: list[str],
+    processes: int,
     preset: str | None = None,
     outputs_dir: str | None = None,
     models_dir: str = MODELS_DIR,
     org: str = DEFAULT_ORG,
-) -> str:
-    """Train `GPU_RELEASES[task]` in chunks of `chunk_minutes` (unless its run has finished), then write its folder.
+    switch_recipe: bool = False,
+    warm_start: bool = True,
+    env: dict | None = None,
+    chunk_steps: int | None = None,
+    resume: str | None = None,
+) -> dict:
+    """Resume the training line of release `name` for `minutes` (`continuation.continue_release`), then print what
+    happened.
+
+    Args:
+        name: the release (`ndr-<task>`).
+        release: its preset and work folder under outputs/.
+        minutes: the time box.
+        command: the launch of train.py without `--preset` and `--output_dir` (added here).
+        processes: the processes the launch starts (for the recipe's total batch).
+        preset: another preset than the release's (the tests use a tiny one).
+        outputs_dir: where the work folder goes (default `outputs/`).
+        models_dir: where the release folder is (default `hub_cards/models/`).
+        org: the hub namespace of the card.
+        switch_recipe: a line of another recipe is replaced by a new line of this one.
+        warm_start: a new line starts from the release's weights.
+        env: the environment of the launch.
+        chunk_steps: stop the chunk after this many steps instead (the tests' deterministic chunks).
+        resume: the command that continues the line, as the card shows it (`make release-continue TASK=...`).
+
+    Returns:
+        `continue_release`'s summary.
+    """
+    preset = preset or release.preset
+    work_dir = os.path.join(outputs_dir or os.path.join(REPO, "outputs"), release.run)
+    shown = os.path.relpath(work_dir, REPO) if not os.path.relpath(work_dir, REPO).startswith("..") else work_dir
+    values = read_preset(preset)
+    recipe = {"preset": preset, "values": values, "total_batch": total_batch(values, processes), "resume": resume}
+    release_dir = os.path.join(models_dir, name)
+
+    def publish(checkpoint: str, staging: str, eval_results: dict, run_config: dict) -> None:
+        _released_files(name, checkpoint, staging, org, GPU_MAX_BYTES, eval_results, run_config)
+
+    summary = continue_release(
+        release_dir, work_dir, command + ["--preset", preset, "--output_dir", shown, "--disable_tqdm", "true"],
+        minutes, recipe, publish, warm_start=warm_start, switch_recipe=switch_recipe,
+        paper=PAPER_BUDGETS.get(name), chunk_steps=chunk_steps, cwd=REPO, env=env,
+    )  # fmt: skip
+    value = f"{summary['release_value']:.4f}" if summary["release_value"] is not None else "none"
+    outcome = "released" if summary["released"] else "release kept"
+    horizon = "; the line reached its horizon" if summary["finished"] else ""
+    print(f"[release] {name}: line at step {summary['step']} ({summary['samples'] / 1e6:.2f}M samples); {outcome} "
+          f"({summary['metric']} {value}){horizon}")  # fmt: skip
+    return summary
+
+
+def cpu_continue(task: str, minutes: float, **kwargs) -> dict:
+    """`make release-continue`: the CPU line of release `task` (`CPU_CONTINUATIONS`) for `minutes`, two gloo
+    processes as `make demo` launches them."""
+    if task not in CPU_CONTINUATIONS:
+        raise UsageError(
+            f"--continue {task}: no CPU line for it; choose one of {', '.join(sorted(CPU_CONTINUATIONS))}"
+        )
+    name, release = CPU_CONTINUATIONS[task]
+    bin_dir = os.path.dirname(sys.executable)
+    command = [os.path.join(bin_dir, "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               os.path.join("training", "train.py"), "--use_cpu", "--ddp_find_unused_parameters", "false"]  # fmt: skip
+    env = dict(os.environ, ACCELERATE_USE_CPU="true", OMP_NUM_THREADS="1")
+    resume = f"make release-continue TASK={task} MINUTES=<minutes>"
+    return continue_line(name, release, minutes, command, processes=2, env=env, resume=resume, **kwargs)
+
+
+def gpu_release(task: str, minutes: float, processes: int | None = None, **kwargs) -> dict:
+    """`make gpu-release`: the GPU line of release `task` (`GPU_RELEASES`) on this machine's GPUs for `minutes`; a
+    line of another recipe (the CPU's) is replaced by a new GPU line from a new model.
 
     Args:
         task: a key of `GPU_RELEASES`.
-        chunk_minutes: each chunk's wall-clock limit (`--max_wall_minutes`).
+        minutes: the time box.
         processes: data-parallel processes (default: one per visible GPU, one without CUDA).
-        preset: another preset than the task's (the tests use a tiny one).
-        outputs_dir: where the run goes (default `outputs/`).
-        models_dir: where the released folder goes (default `hub_cards/models/`).
-        org: the hub namespace of the card.
-
-    Returns:
-        The released folder.
+        **kwargs: `continue_line`'s `preset`, `outputs_dir`, `models_dir`, `org`.
     """
     name, release = GPU_RELEASES[task]
     processes = processes or max(1, torch.cuda.device_count())
-    output_dir = os.path.join(outputs_dir or os.path.join(REPO, "outputs"), release.run)
-    shown = os.path.relpath(output_dir, REPO) if not os.path.relpath(output_dir, REPO).startswith("..") else output_dir
-    command = gpu_train_command(preset or release.preset, shown, processes)
-    if not os.path.isfile(os.path.join(output_dir, "eval_results.json")):
-        print(f"[release] {name}: training in chunks of {chunk_minutes:g} min, {processes} process(es)", flush=True)
-        status = run_in_chunks(command, chunk_minutes, output_dir=output_dir, cwd=REPO)
-        if status != 0:
-            raise SystemExit(f"[release] {name}: training failed (exit status {status}); the same command resumes it")
-    return _copy_release(name, output_dir, org, models_dir, GPU_MAX_BYTES)
+    resume = f"make gpu-release TASK={task} MINUTES=<minutes>"
+    return continue_line(name, release, minutes, gpu_launch(processes), processes, switch_recipe=True,
+                         warm_start=False, resume=resume, **kwargs)  # fmt: skip
+
+
+def gpu_launch(processes: int) -> list[str]:
+    """The launch of train.py on one GPU, or `accelerate launch` with `configuration/accelerate/multi_gpu.yaml` on
+    several. The preset sets the precision (`precision: auto`) and the global batch (`total_batch_size`), whatever the
+    number of GPUs."""
+    train = os.path.join("training", "train.py")
+    if processes == 1:
+        return [sys.executable, train]
+    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    config = os.path.join("configuration", "accelerate", "multi_gpu.yaml")
+    return [accelerate, "launch", "--config_file", config, "--num_processes", str(processes), train]
 
 
 def _copy_release(name: str, run: str, org: str, models_dir: str = MODELS_DIR, max_bytes: int = MAX_BYTES) -> str:
     target = os.path.join(models_dir, name)
     # the new release is complete in a hidden sibling before it replaces the old one (atomic_folder): an interrupted
-    # build, or one over the size budget, leaves the previous release as it was
-    with tempfile.TemporaryDirectory() as staging, atomic_folder(target) as new:
-        export_model(run, staging, repo_id=f"{org}/{name}")  # re-render the card for the released hub id
-        for file in RELEASED_FILES:
-            if os.path.isfile(os.path.join(staging, file)):
-                shutil.copy2(os.path.join(staging, file), new)
-        size = sum(os.path.getsize(os.path.join(new, file)) for file in os.listdir(new))
-        if size > max_bytes:
-            raise SystemExit(f"[release] {name}: {size / 2**20:.1f} MB is over the {max_bytes / 2**20:.0f} MB budget")
+    # build, or one over the size budget, leaves the previous release as it was; the line's state stays with it
+    with atomic_folder(target) as new:
+        size = _released_files(name, run, new, org, max_bytes)
+        for entry in LINE_FILES:
+            if os.path.isdir(kept := os.path.join(target, entry)):
+                shutil.copytree(kept, os.path.join(new, entry))
+            elif os.path.isfile(kept):
+                shutil.copy2(kept, new)
     print(f"[release] {name}: {target} ({size / 2**20:.2f} MB)")
     return target
+
+
+def _released_files(name, source, target, org, max_bytes, eval_results=None, run_config=None) -> int:
+    """Export `source` (a run or a checkpoint) with the card of `org/name` and copy the released files into `target`;
+    returns their size (a `SystemExit` over `max_bytes`)."""
+    with tempfile.TemporaryDirectory() as staging:
+        export_model(source, staging, eval_results=eval_results, run_config=run_config, repo_id=f"{org}/{name}")
+        for file in RELEASED_FILES:
+            if os.path.isfile(os.path.join(staging, file)):
+                shutil.copy2(os.path.join(staging, file), target)
+    size = sum(os.path.getsize(os.path.join(target, file)) for file in RELEASED_FILES
+               if os.path.isfile(os.path.join(target, file)))  # fmt: skip
+    if size > max_bytes:
+        raise SystemExit(f"[release] {name}: {size / 2**20:.1f} MB is over the {max_bytes / 2**20:.0f} MB budget")
+    return size
 
 
 def stage(name: str, out_dir: str) -> str:
@@ -212,17 +310,32 @@ def main(argv=None):
     )
     parser.add_argument("--push", action="store_true", help="Upload each built folder with its modeling code.")
     parser.add_argument("--stage", help="Write what --push would upload into this folder instead.")
-    gpu = parser.add_argument_group("GPU releases (make gpu-release TASK=...)")
-    gpu.add_argument("--gpu", choices=sorted(GPU_RELEASES), help="Train this task's GPU preset in chunks, release it.")
-    gpu.add_argument("--chunk_minutes", type=float, default=8.5, help="Wall-clock minutes of each training chunk.")
-    gpu.add_argument("--processes", type=int, default=None, help="Processes (default: one per visible GPU).")
-    gpu.add_argument("--preset", default=None, help="Another preset than the task's GPU preset.")
-    gpu.add_argument("--outputs_dir", default=None, help="Where the run goes (default: outputs/).")
-    gpu.add_argument("--models_dir", default=MODELS_DIR, help="Where the released folder goes.")
+    line = parser.add_argument_group("releases that keep training (make release-continue, make gpu-release)")
+    line.add_argument("--continue", dest="continue_task", choices=sorted(CPU_CONTINUATIONS),
+                      help="Resume this release's line on this CPU for --minutes.")  # fmt: skip
+    line.add_argument("--gpu", choices=sorted(GPU_RELEASES), help="Resume this task's GPU line for --minutes.")
+    line.add_argument("--minutes", type=float, default=None, help="The time box of the chunk (wall-clock minutes).")
+    line.add_argument("--switch_recipe", action="store_true", help="Replace a line of another recipe by a new one.")
+    line.add_argument("--from_scratch", action="store_true", help="A new line starts from a new model.")
+    line.add_argument("--processes", type=int, default=None, help="GPU processes (default: one per visible GPU).")
+    line.add_argument("--preset", default=None, help="Another preset than the release's.")
+    line.add_argument("--outputs_dir", default=None, help="Where the work folder goes (default: outputs/).")
+    line.add_argument("--models_dir", default=MODELS_DIR, help="Where the release folder is.")
     args = parser.parse_args(argv)
-    if args.gpu:
-        gpu_release(args.gpu, args.chunk_minutes, args.processes, args.preset, args.outputs_dir, args.models_dir,
-                    args.org)  # fmt: skip
+    if args.gpu or args.continue_task:
+        if not args.minutes or args.minutes <= 0:
+            raise UsageError("--minutes M (M > 0): the time box of the chunk")
+        common = {
+            "preset": args.preset,
+            "outputs_dir": args.outputs_dir,
+            "models_dir": args.models_dir,
+            "org": args.org,
+        }
+        if args.gpu:
+            gpu_release(args.gpu, args.minutes, args.processes, **common)
+        else:
+            cpu_continue(args.continue_task, args.minutes, switch_recipe=args.switch_recipe,
+                         warm_start=not args.from_scratch, **common)  # fmt: skip
         return
     if args.push or args.stage:
         from huggingface_hub import HfApi

@@ -1,0 +1,539 @@
+"""Releases that keep training: a release folder carries the state of its training line, and `continue_release`
+resumes that line for a time box wherever compute is free (a CPU between other jobs, a GPU's half hour), so separate
+stretches of compute add up to one run.
+
+A release folder (`hub_cards/models/ndr-<task>/`, the folder its Hub repository holds):
+
+- `config.json`, `model.safetensors`, the tokenizer files, `README.md`, `eval_results.json`, `run_config.json`: the
+  release, the checkpoint of the line with the best `ood_valid` so far (the paper's selection rule; the latest on
+  ties). Its card carries the compute record (samples seen, optimizer steps, wall hours per device, chunks) and
+  `training_curve.png`, `ood_valid` and `ood_test` against samples seen with the paper's budget marked.
+- `last-checkpoint/`: the newest state of the line, in Trainer's `hub_strategy="checkpoint"` layout (weights,
+  optimizer, scheduler, RNG states of every process, `trainer_state.json` with every evaluation so far), plus
+  `continuation.json`: the recipe, the warm start and one record per chunk. Files over 16 MiB are stored in parts
+  (`NAME.part-000`, ...), joined again when the line resumes.
+
+One continuation (`continue_release`):
+
+1. locks the release: a second continuation of it is refused in one line;
+2. adopts a newer complete checkpoint left in the work folder by a continuation that was interrupted after training;
+3. copies `last-checkpoint/` into the work folder and checks it (complete, and the recipe asked for is the line's:
+   otherwise one line naming the difference, and nothing changes);
+4. runs the launch command for the time box (`--max_wall_minutes`): it resumes the checkpoint, evaluates at the
+   recipe's evaluation steps, and stops with a checkpoint (exit 75), or finishes the line's horizon (`max_steps`);
+5. makes the newest checkpoint the new `last-checkpoint/`, always;
+6. if the line's best `ood_valid` now beats the release's, exports that checkpoint as the new release; otherwise the
+   release stays as it was.
+
+Every folder is replaced whole (`atomic.atomic_folder`), `last-checkpoint/` before the release: an interruption at
+any moment, `kill -9` included, leaves the previous release loadable and the previous checkpoint resumable.
+"""
+
+import datetime
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .atomic import atomic_folder
+from .checkpoints import checkpoint_problem
+from .errors import UsageError
+from .locking import OutputDirLock
+from .preemption import CLOCK_KEY, EXIT_STOPPED, read_stopped
+
+
+logger = logging.getLogger(__name__)
+
+LAST_CHECKPOINT = "last-checkpoint"
+CONTINUATION_FILE = "continuation.json"
+CURVE_FILE = "training_curve.png"
+# the largest file a release keeps whole (the machines that hand back a GPU run's files take at most 16 MiB each)
+MAX_FILE_BYTES = 16 * 2**20
+PART = ".part-"
+# preset values that change what is written or shown, not what is trained: a line resumes whatever they are
+BOOKKEEPING = {
+    "output_dir", "logging_steps", "report_to", "save_total_limit", "per_device_eval_batch_size", "disable_tqdm",
+    "dataloader_num_workers", "torch_threads", "use_cpu", "precision",
+}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ files over 16 MiB
+
+
+def split_large_files(folder: str, max_bytes: int = MAX_FILE_BYTES) -> list[str]:
+    """Store every file of `folder` larger than `max_bytes` as parts `NAME.part-000`, `NAME.part-001`, ... of at most
+    `max_bytes` each (the file itself is removed).
+
+    Args:
+        folder: a checkpoint folder.
+        max_bytes: the largest part.
+
+    Returns:
+        The names of the files that were split.
+    """
+    split = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path) or os.path.getsize(path) <= max_bytes:
+            continue
+        with open(path, "rb") as source:
+            index = 0
+            while block := source.read(max_bytes):
+                with open(f"{path}{PART}{index:03d}", "wb") as part:
+                    part.write(block)
+                index += 1
+        os.remove(path)
+        split.append(name)
+    return split
+
+
+def join_split_files(folder: str) -> list[str]:
+    """Join the parts that `split_large_files` wrote back into their files (the parts are removed).
+
+    Args:
+        folder: a checkpoint folder.
+
+    Returns:
+        The names of the files that were joined.
+    """
+    parts: dict[str, list[str]] = {}
+    for name in os.listdir(folder):
+        if match := re.fullmatch(rf"(.+){re.escape(PART)}(\d{{3}})", name):
+            parts.setdefault(match[1], []).append(name)
+    for name, pieces in parts.items():
+        with open(os.path.join(folder, name), "wb") as target:
+            for piece in sorted(pieces):
+                with open(os.path.join(folder, piece), "rb") as source:
+                    shutil.copyfileobj(source, target)
+        for piece in pieces:
+            os.remove(os.path.join(folder, piece))
+    return sorted(parts)
+
+
+# ---------------------------------------------------------------------------------------- reading a line's state
+
+
+def read_json(path: str) -> dict | None:
+    """A JSON file's content, or None if there is no such file."""
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def checkpoint_step(folder: str) -> int:
+    """The global step of a checkpoint folder (its `trainer_state.json`)."""
+    return int(read_json(os.path.join(folder, "trainer_state.json"))["global_step"])
+
+
+def training_clock(trainer_state: dict) -> float:
+    """Seconds of training of the line so far, as the time box records them in every checkpoint."""
+    return float(((trainer_state.get("stateful_callbacks") or {}).get(CLOCK_KEY) or {}).get("seconds", 0.0))
+
+
+def evaluation_history(trainer_state: dict) -> list[dict]:
+    """Every evaluation of a line: `[{"step": s, "<split>": {"accuracy": a, "by_depth": {d: a}}, ...}]` by step.
+
+    Trainer logs each evaluation split in an entry of its own (`eval_<split>_accuracy`, `..._accuracy_depth_<d>`);
+    the entries of one step are merged.
+
+    Args:
+        trainer_state: the content of a checkpoint's `trainer_state.json`.
+    """
+    by_step: dict[int, dict] = {}
+    for entry in trainer_state.get("log_history", []):
+        for key, value in entry.items():
+            if match := re.fullmatch(r"eval_(\w+?)_accuracy(?:_depth_(\d+))?", key):
+                split = by_step.setdefault(entry["step"], {}).setdefault(match[1], {"accuracy": None, "by_depth": {}})
+                if match[2] is None:
+                    split["accuracy"] = value
+                else:
+                    split["by_depth"][match[2]] = value
+    return [{"step": step, **splits} for step, splits in sorted(by_step.items())]
+
+
+def results_at(trainer_state: dict, step: int) -> dict:
+    """The nested results (`eval_results.json`'s form) of the evaluation at `step`."""
+    for evaluation in evaluation_history(trainer_state):
+        if evaluation["step"] == step:
+            return {split: values for split, values in evaluation.items() if split != "step"}
+    raise ValueError(f"no evaluation at step {step} in the trainer state")
+
+
+def samples_seen(continuation: dict, step: int) -> int:
+    """Training samples the line has seen at `step` of its Trainer state: the warm start's and every chunk's."""
+    samples = (continuation.get("warm_start") or {}).get("samples", 0)
+    for chunk in continuation.get("chunks", []):
+        if chunk["start_step"] < step:
+            samples += (min(chunk["end_step"], step) - chunk["start_step"]) * chunk["total_batch"]
+    return samples
+
+
+def compute_record(continuation: dict, step: int) -> dict:
+    """What the line spent up to `step` (for the card): samples seen, optimizer steps, wall-clock seconds of training
+    per device, chunks.
+
+    Args:
+        continuation: a line's `continuation.json`.
+        step: the step of the released checkpoint (the chunks after it are not counted).
+
+    Returns:
+        `{"samples", "steps", "chunks", "seconds": {device: s}, "warm_start": {...} or None}`; the warm start's steps,
+        samples and seconds are included.
+    """
+    warm = continuation.get("warm_start") or {}
+    seconds: dict[str, float] = {}
+    if warm.get("seconds"):
+        seconds[warm["device"]] = warm["seconds"]
+    chunks = [chunk for chunk in continuation.get("chunks", []) if chunk["start_step"] < step]
+    for chunk in chunks:
+        share = (min(chunk["end_step"], step) - chunk["start_step"]) / max(1, chunk["end_step"] - chunk["start_step"])
+        seconds[chunk["device"]] = seconds.get(chunk["device"], 0.0) + share * chunk["seconds"]
+    return {
+        "samples": samples_seen(continuation, step),
+        "steps": step + warm.get("steps", 0),
+        "chunks": len(chunks) + (1 if warm.get("steps") else 0),
+        "seconds": {device: round(s, 1) for device, s in seconds.items()},
+        "warm_start": warm or None,
+    }
+
+
+def recipe_difference(line: dict, asked: dict) -> str | None:
+    """How the recipe asked for differs from the line's, in words (None: the same, bookkeeping fields aside).
+
+    Args:
+        line: the `recipe` of a line's `continuation.json`.
+        asked: the recipe of this continuation (`{"preset", "values", "total_batch"}`).
+    """
+    if line.get("preset") != asked.get("preset"):
+        return f"preset {line.get('preset')!r}, not {asked.get('preset')!r}"
+    old, new = line.get("values", {}), asked.get("values", {})
+    for name in sorted((set(old) | set(new)) - BOOKKEEPING):
+        if old.get(name) != new.get(name):
+            return (
+                f"{name}={old.get(name)!r} in the line's recipe, {new.get(name)!r} in preset {asked['preset']!r} now"
+            )
+    if line.get("total_batch") != asked.get("total_batch"):  # (the "resume" command is words for the card)
+        return f"a total batch of {line.get('total_batch')}, not {asked.get('total_batch')} (another process count?)"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- one continuation
+
+
+def newest_checkpoint(work_dir: str) -> str | None:
+    """The newest complete `checkpoint-N` of `work_dir`, or None."""
+    steps = {}
+    if os.path.isdir(work_dir):
+        for name in os.listdir(work_dir):
+            if re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-\d+", name) and not checkpoint_problem(
+                os.path.join(work_dir, name)
+            ):
+                steps[int(name.split("-")[1])] = os.path.join(work_dir, name)
+    return steps[max(steps)] if steps else None
+
+
+def chunk_record(work_dir: str, checkpoint: str, start_step: int, start_seconds: float, total_batch: int) -> dict:
+    """The record of the chunk that trained from `start_step` to `checkpoint`, read from what train.py wrote."""
+    run_config = read_json(os.path.join(work_dir, "run_config.json")) or {}
+    state = read_json(os.path.join(checkpoint, "trainer_state.json"))
+    stopped = read_stopped(work_dir) or {}
+    return {
+        "start_step": start_step,
+        "end_step": state["global_step"],
+        "total_batch": total_batch,
+        "seconds": round(training_clock(state) - start_seconds, 1),
+        "device": run_config.get("machine", "unrecorded"),
+        "precision": run_config.get("precision"),
+        "processes": run_config.get("processes"),
+        "finished": stopped.get("time") or datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "stop": stopped.get("reason") or ("horizon" if state["global_step"] >= state.get("max_steps", 0) else None),
+        "commit": _git_commit(),
+    }
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def write_last_checkpoint(release_dir: str, checkpoint: str, continuation: dict) -> str:
+    """Make `checkpoint` (a complete Trainer checkpoint) the release's `last-checkpoint/`, with `continuation`."""
+    target = os.path.join(release_dir, LAST_CHECKPOINT)
+    with atomic_folder(target) as staging:
+        # the modeling code that save_pretrained adds is left out (copies would drift from the package's)
+        shutil.copytree(checkpoint, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.py"))
+        with open(os.path.join(staging, CONTINUATION_FILE), "w") as f:
+            json.dump(continuation, f, indent=2)
+        split_large_files(staging)
+    return target
+
+
+def release_metric(release_dir: str, metric: str) -> float | None:
+    """The release's value of `metric` (`<split>_accuracy`, from its `eval_results.json`), None if there is none."""
+    results = read_json(os.path.join(release_dir, "eval_results.json")) or {}
+    split = metric.removeprefix("eval_").removesuffix("_accuracy")
+    return (results.get(split) or {}).get("accuracy")
+
+
+def curve_points(continuation: dict, trainer_state: dict) -> list[dict]:
+    """The line's evaluations against samples seen: `[{"samples", "step", "<split>": accuracy}]` (the warm start's
+    own evaluation first, if it recorded one)."""
+    points = []
+    warm = continuation.get("warm_start") or {}
+    if warm.get("results"):
+        points.append({"samples": warm["samples"], "step": 0, **warm["results"]})
+    for evaluation in evaluation_history(trainer_state):
+        point = {"samples": samples_seen(continuation, evaluation["step"]), "step": evaluation["step"]}
+        point.update({split: values["accuracy"] for split, values in evaluation.items() if split != "step"})
+        points.append(point)
+    return points
+
+
+def write_release(
+    release_dir: str,
+    checkpoint: str,
+    trainer_state: dict,
+    continuation: dict,
+    run_config: dict,
+    publish,
+    paper: dict | None = None,
+) -> str:
+    """Release `checkpoint`: its hub-ready files with the compute record on the card, the curve, and the line's
+    `last-checkpoint/` carried over; the folder is replaced whole.
+
+    Args:
+        release_dir: the release folder.
+        checkpoint: the checkpoint to release (the line's best on the selection metric).
+        trainer_state: the line's newest `trainer_state.json` (every evaluation, for the curve).
+        continuation: the line's `continuation.json`.
+        run_config: the run record of the chunk (`run_config.json` of the work folder).
+        publish: `publish(checkpoint, staging, eval_results, run_config)` writes the released files (weights,
+            config, tokenizer, card, results, record) of `checkpoint` into the folder `staging`: the caller decides
+            the hub id of the card and the size budget (`export.export_model` does the work).
+        paper: `{"samples": s, "ood_test": a}`, the paper's budget and result, marked on the curve.
+
+    Returns:
+        `release_dir`.
+    """
+    from ..plotting import plot_training_curve
+
+    step = checkpoint_step(checkpoint)
+    record = compute_record(continuation, step)
+    run_config = {
+        **run_config,
+        "training": {
+            "seconds": round(training_clock(read_json(os.path.join(checkpoint, "trainer_state.json"))), 1),
+            "steps": step,
+            **({"chunks": record["chunks"]} if record["chunks"] > 1 else {}),
+            "finished": datetime.datetime.now().astimezone().isoformat(timespec="minutes"),
+        },
+        "continuation": {
+            **record,
+            "recipe": continuation["recipe"]["preset"],
+            "resume": continuation["recipe"].get("resume"),
+            "curve": CURVE_FILE,
+            "paper_samples": (paper or {}).get("samples"),
+        },
+    }
+    with tempfile.TemporaryDirectory() as scratch, atomic_folder(release_dir) as staging:
+        model_dir = os.path.join(scratch, "model")  # the checkpoint without its optimizer states
+        os.makedirs(model_dir)
+        for name in os.listdir(checkpoint):
+            if name.endswith((".json", ".safetensors")):
+                shutil.copy2(os.path.join(checkpoint, name), model_dir)
+        publish(model_dir, staging, results_at(trainer_state, step), run_config)
+        plot_training_curve(curve_points(continuation, trainer_state), os.path.join(staging, CURVE_FILE),
+                            released_step=step, paper=paper, title=os.path.basename(release_dir))  # fmt: skip
+        last = os.path.join(release_dir, LAST_CHECKPOINT)
+        if os.path.isdir(last):
+            shutil.copytree(last, os.path.join(staging, LAST_CHECKPOINT))
+    return release_dir
+
+
+def continue_release(
+    release_dir: str,
+    work_dir: str,
+    command: list[str],
+    minutes: float | None,
+    recipe: dict,
+    publish,
+    warm_start: bool = True,
+    switch_recipe: bool = False,
+    paper: dict | None = None,
+    chunk_steps: int | None = None,
+    **run_kwargs,
+) -> dict:
+    """Resume a release's training line for `minutes`, then keep its newest state and, if it improved, release it.
+
+    Args:
+        release_dir: the release folder (`last-checkpoint/` inside it holds the line; none: a new line starts).
+        work_dir: train.py's `--output_dir` for the chunk (the command must name the same folder).
+        command: the train.py launch (`--preset` and `--output_dir` included); `--max_wall_minutes` and either
+            `--resume_from_checkpoint` or (a new line from the release's weights) `--model_name_or_path` are added.
+        minutes: the time box of the chunk (train.py stops with a checkpoint at the first step after it; None: none).
+        recipe: `{"preset": name, "values": the preset's values, "total_batch": samples per optimizer step,
+            "resume": the command that continues the line, for the card}`.
+        publish: `publish(checkpoint, staging, eval_results, run_config)` writes a release (`write_release`).
+        warm_start: a new line starts from the release's weights (False: from a new model).
+        switch_recipe: a line of another recipe is replaced by a new line of this one (otherwise refused).
+        paper: see `write_release`.
+        chunk_steps: stop the chunk after this many optimizer steps instead (`--max_chunk_steps`; with `minutes`
+            too, whichever comes first); `minutes=None` and `chunk_steps=None` train to the line's horizon.
+        **run_kwargs: for `subprocess.run` (`env`, `cwd`).
+
+    Returns:
+        A summary: `{"step", "samples", "released": bool, "metric", "release_value", "line_best", "finished"}`.
+    """
+    name = os.path.basename(os.path.abspath(release_dir))
+    # the lock sits beside the release folder (which is replaced whole), so any two continuations of it meet there
+    lock = OutputDirLock(os.path.join(os.path.dirname(os.path.abspath(release_dir)), f".{name}.lock"), name)
+    try:
+        lock.acquire()
+    except UsageError as error:
+        raise UsageError(f"{name} is already being continued ({str(error).split('is in use by ', 1)[-1]})") from None
+    try:
+        limits = (["--max_wall_minutes", f"{minutes:g}"] if minutes else []) + (
+            ["--max_chunk_steps", str(chunk_steps)] if chunk_steps else []
+        )
+        return _continue(release_dir, work_dir, command + limits, recipe, publish, warm_start, switch_recipe, paper,
+                         run_kwargs)  # fmt: skip
+    finally:
+        lock.release()
+
+
+def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switch_recipe, paper, run_kwargs):
+    name = os.path.basename(os.path.abspath(release_dir))
+    last = os.path.join(release_dir, LAST_CHECKPOINT)
+    continuation = read_json(os.path.join(last, CONTINUATION_FILE)) if os.path.isdir(last) else None
+    if os.path.isdir(last) and continuation is None:
+        raise UsageError(f"{last}: {CONTINUATION_FILE} is missing (not a release line); nothing was changed")
+    if continuation and (difference := recipe_difference(continuation["recipe"], recipe)):
+        if not switch_recipe:
+            raise UsageError(f"{name}: its last-checkpoint/ belongs to another recipe ({difference}); nothing was "
+                             "changed (--switch_recipe starts a new line of this recipe)")  # fmt: skip
+        logger.warning("%s: a new line of %s replaces the line of %s (%s)", name, recipe["preset"],
+                       continuation["recipe"]["preset"], difference)  # fmt: skip
+        continuation = None
+    line_step = checkpoint_step(last) if continuation else None
+    if continuation and continuation.get("finished"):
+        raise UsageError(f"{name}: its line finished its horizon ({line_step} steps); nothing was changed")
+
+    # a chunk that trained after the last promotion (the continuation was interrupted): adopt its newest checkpoint
+    newest = newest_checkpoint(work_dir)
+    work_run = read_json(os.path.join(work_dir, "run_config.json")) or {}
+    if newest and work_run.get("preset") == recipe["preset"] and checkpoint_step(newest) > (line_step or 0):
+        pending = read_json(os.path.join(work_dir, CONTINUATION_FILE))
+        if pending and (continuation is None or pending.get("line_id") == continuation.get("line_id")):
+            logger.warning("%s: adopting %s, trained by an interrupted continuation", name, newest)
+            continuation = _promote(release_dir, work_dir, newest, pending, publish, paper)
+            line_step = checkpoint_step(newest)
+
+    # the chunk starts from last-checkpoint/ (or the release's weights, or nothing), in a clean work folder
+    for entry in os.listdir(work_dir) if os.path.isdir(work_dir) else ():
+        if entry.startswith(PREFIX_CHECKPOINT_DIR) or entry in ("export", "stopped.json"):
+            shutil.rmtree(os.path.join(work_dir, entry), ignore_errors=True)
+    os.makedirs(work_dir, exist_ok=True)
+    start = []
+    if continuation:
+        resume = os.path.join(work_dir, f"{PREFIX_CHECKPOINT_DIR}-{line_step}")
+        shutil.copytree(last, resume)
+        join_split_files(resume)
+        if problem := checkpoint_problem(resume):
+            shutil.rmtree(resume, ignore_errors=True)
+            raise UsageError(f"{last}: {problem}; the release and its last-checkpoint/ were left as they are")
+        os.remove(os.path.join(resume, CONTINUATION_FILE))
+        start = ["--resume_from_checkpoint", resume]
+        start_seconds = training_clock(read_json(os.path.join(resume, "trainer_state.json")))
+    else:
+        continuation = new_line(release_dir, recipe, warm_start)
+        line_step, start_seconds = 0, 0.0
+        if warm_start:
+            start = ["--model_name_or_path", os.path.relpath(release_dir, run_kwargs.get("cwd") or os.getcwd())]
+    pending = {**continuation, "pending": {"start_step": line_step, "start_seconds": start_seconds}}
+    with open(os.path.join(work_dir, CONTINUATION_FILE), "w") as f:
+        json.dump(pending, f, indent=2)
+
+    chunk_command = command + start
+    logger.info("%s: training from step %d: %s", name, line_step, " ".join(chunk_command))
+    status = subprocess.run(chunk_command, **run_kwargs).returncode
+    newest = newest_checkpoint(work_dir)
+    if status not in (0, EXIT_STOPPED) and read_stopped(work_dir) is None:
+        raise RuntimeError(f"{name}: the chunk failed (exit status {status}); the release and its last-checkpoint/ "
+                           "are unchanged")  # fmt: skip
+    if newest is None or checkpoint_step(newest) <= line_step:
+        raise RuntimeError(f"{name}: the chunk saved no checkpoint past step {line_step} (a time box shorter than a "
+                           "step?); the release and its last-checkpoint/ are unchanged")  # fmt: skip
+    continuation = _promote(release_dir, work_dir, newest, pending, publish, paper)
+    state = read_json(os.path.join(newest, "trainer_state.json"))
+    metric = recipe["values"].get("metric_for_best_model", "ood_valid_accuracy")
+    return {
+        "step": state["global_step"],
+        "samples": samples_seen(continuation, state["global_step"]),
+        "released": continuation.get("released_now", False),
+        "metric": metric,
+        "release_value": release_metric(release_dir, metric),
+        "line_best": state.get("best_metric"),
+        "finished": continuation.get("finished", False),
+    }
+
+
+def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
+    """The `continuation.json` of a new line: its recipe and, from the release's weights, what they had cost."""
+    warm = None
+    if warm_start:
+        if not os.path.isfile(os.path.join(release_dir, "model.safetensors")):
+            raise UsageError(f"{release_dir}: no released weights to start from (pass --from_scratch)")
+        run_config = read_json(os.path.join(release_dir, "run_config.json")) or {}
+        results = read_json(os.path.join(release_dir, "eval_results.json")) or {}
+        training = run_config.get("training") or {}
+        previous = run_config.get("continuation")
+        batch = (run_config.get("preset_values") or {}).get("per_device_train_batch_size", 0) * (
+            run_config.get("processes") or 1
+        )
+        warm = {
+            "from": os.path.basename(os.path.abspath(release_dir)),
+            "commit": _git_commit(),
+            "steps": previous["steps"] if previous else training.get("steps", 0),
+            "samples": previous["samples"] if previous else training.get("steps", 0) * batch,
+            "seconds": training.get("seconds", 0.0),
+            "device": run_config.get("machine", "unrecorded"),
+            "results": {split: values["accuracy"] for split, values in results.items()},
+        }
+    line_id = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    return {"line_id": line_id, "recipe": recipe, "warm_start": warm, "chunks": []}
+
+
+def _promote(release_dir, work_dir, newest, pending, publish, paper) -> dict:
+    """After a chunk: its newest checkpoint becomes `last-checkpoint/`; if the line's best beats the release, the
+    best checkpoint is released."""
+    start = pending.pop("pending")
+    continuation = {**pending, "chunks": [*pending["chunks"], chunk_record(
+        work_dir, newest, start["start_step"], start["start_seconds"], pending["recipe"]["total_batch"])]}  # fmt: skip
+    state = read_json(os.path.join(newest, "trainer_state.json"))
+    if state["global_step"] >= state.get("max_steps", float("inf")):
+        continuation["finished"] = True
+    metric = pending["recipe"]["values"].get("metric_for_best_model", "ood_valid_accuracy")
+    best, best_dir = state.get("best_metric"), state.get("best_model_checkpoint")
+    current = release_metric(release_dir, metric)
+    best_dir = best_dir and os.path.join(work_dir, os.path.basename(best_dir))
+    improved = best is not None and (current is None or best > current) and best_dir and os.path.isdir(best_dir)
+    write_last_checkpoint(release_dir, newest, continuation)
+    os.remove(os.path.join(work_dir, CONTINUATION_FILE))  # promoted: nothing left to adopt
+    if improved:
+        run_config = read_json(os.path.join(work_dir, "run_config.json")) or {}
+        write_release(release_dir, best_dir, state, continuation, run_config, publish, paper)
+        logger.warning("%s: released step %s (%s %.4f, was %s)", os.path.basename(release_dir),
+                       checkpoint_step(best_dir), metric, best, current)  # fmt: skip
+    else:
+        logger.warning("%s: the release stays (%s %s; the line's best: %s)", os.path.basename(release_dir), metric,
+                       current, best)  # fmt: skip
+    return {**continuation, "released_now": bool(improved)}
