@@ -8,7 +8,7 @@ For query i and key j != i, with match probability `P_ij = sigmoid(z_ij)`:
 where "closer" scans the keys in the order i+1, i-1, i+2, i-2, ... (at equal distance the key on the right comes
 first). Rows are not normalised: `sum_j A_ij = 1 - prod_k (1 - P_ik) <= 1`, the missing mass means "no match".
 
-Two implementations compute the same numbers:
+Three implementations compute the same numbers:
 
 * `geometric_attention_torch`: PyTorch operations, any device (the path every GPU runs). The product over closer keys
   is a sum of `log(1 - P)` over a contiguous range on each side of i, computed with one cumulative sum per side (never
@@ -20,6 +20,11 @@ Two implementations compute the same numbers:
   warning, the PyTorch path is used). A `trust_remote_code` copy of this file has no `.cpp` next to it (only `.py`
   files are copied) and uses the PyTorch path. `NDR_GEOMETRIC_KERNEL=torch` turns the kernel off,
   `NDR_GEOMETRIC_KERNEL=cpu` makes a missing or failed build an error.
+* fused Triton kernels for CUDA tensors (`geometric_ndr_triton`, forward and backward, float32 inside; they read
+  bfloat16 logits as they are), used where `kernel="triton"` is asked for (the config field
+  `geometric_attention_kernel`) and triton is installed; the PyTorch path stays the GPU default until a GPU
+  measurement says otherwise. Under `TRITON_INTERPRET=1` they run on CPU tensors in Triton's interpreter (slowly:
+  that is how they are tested without a GPU).
 
 Both flush weights below the smallest normal float to 0: denormal numbers make the matrix products that follow
 (weights @ values and its backward) many times slower, and change nothing above 1e-38.
@@ -279,11 +284,29 @@ def uses_cpu_kernel(tensor: torch.Tensor) -> bool:
     return tensor.device.type == "cpu" and cpu_kernel_available()
 
 
+@torch.compiler.assume_constant_result  # evaluated once when torch.compile traces, not a graph break
+def triton_kernel_device_type() -> str:
+    """The device type the Triton kernels run on: `"cuda"`, `"cpu"` under Triton's interpreter, `""` where triton is
+    not installed. Imports triton on first use, so that `import modeling_ndr` does not."""
+    from .geometric_ndr_triton import kernel_device_type
+
+    return kernel_device_type()
+
+
+def uses_triton_kernel(tensor: torch.Tensor, kernel: str = "triton") -> bool:
+    """Whether `geometric_attention_weights(..., kernel=kernel)` computes `tensor`'s weights with the Triton kernels:
+    asked for, triton installed, and `tensor` float32, bfloat16 or float16 on the device the kernels run on."""
+    if kernel != "triton" or tensor.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
+    return tensor.device.type == triton_kernel_device_type()
+
+
 def geometric_attention_weights(
     logits: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     left: torch.Tensor | None = None,
     right: torch.Tensor | None = None,
+    kernel: str = "auto",
 ) -> torch.Tensor:
     r"""
     Geometric attention weights `A_ij = P_ij * prod_{k closer to i than j} (1 - P_ik)` with `P = sigmoid(logits)`.
@@ -302,6 +325,10 @@ def geometric_attention_weights(
             `(seq, seq)` tensors. Give both `left` and `right`, or neither.
         right (`torch.Tensor` of shape `(batch, heads, seq)`, *optional*):
             The same for the keys right of the query (j > i).
+        kernel (`str`, *optional*, defaults to `"auto"`):
+            `"auto"`: the fused CPU kernel for CPU tensors where it builds, else the PyTorch path. `"triton"`: the
+            Triton kernels where they run (CUDA tensors with triton installed; CPU tensors under
+            `TRITON_INTERPRET=1`), reading float32, bfloat16 or float16 logits as they are; elsewhere `"auto"`.
 
     Returns:
         `torch.Tensor` of shape `(batch, heads, seq, seq)`, float32 (float64 for float64 logits): the weights `A`;
@@ -309,12 +336,19 @@ def geometric_attention_weights(
     """
     if (left is None) != (right is None):
         raise ValueError("Pass both left and right, or neither.")
+    if kernel not in ("auto", "triton"):
+        raise ValueError(f"kernel={kernel!r} is invalid: expected 'auto' or 'triton'.")
     dtype = torch.promote_types(logits.dtype, torch.float32)
     device_type = logits.device.type
     autocast_off = contextlib.nullcontext()  # devices without autocast (meta) compute in the given dtype anyway
     if torch.amp.is_autocast_available(device_type):
         autocast_off = torch.autocast(device_type, enabled=False)
     with autocast_off:
+        if uses_triton_kernel(logits, kernel):
+            from .geometric_ndr_triton import geometric_attention_triton
+
+            key_valid = None if attention_mask is None else attention_mask != 0
+            return geometric_attention_triton(logits, left, right, key_valid)
         content = logits.to(dtype)
         if left is not None:
             left, right = left.to(dtype), right.to(dtype)
@@ -334,4 +368,5 @@ __all__ = [
     "direction_logits",
     "load_cpu_kernel",
     "uses_cpu_kernel",
+    "uses_triton_kernel",
 ]
