@@ -103,17 +103,14 @@ class NDRAttentionBase(nn.Module):
         self.key_dropout = NDRDropout(config.attention_dropout)
         d, h = config.hidden_size, config.num_attention_heads
         if config.position_encoding == "direction":
-            self.direction_proj = linear(
-                d, 2 * h, "projection"
-            )  # (left, right) logit terms per head, from the query column
+            self.direction_proj = linear(d, 2 * h, "direction")  # (left, right) logit terms per head, from the query
             self.direction_scale = nn.Parameter(torch.empty(1))  # beta
         if config.position_encoding in ("relative", "gated"):
-            self.relative_proj = linear(d, d, "projection", bias=False)  # W_p, applied to sinusoidal encodings
+            self.relative_proj = linear(d, d, "relative_position", bias=False)  # W_p, applied to sinusoidal encodings
             self.relative_position_bias = nn.Parameter(torch.empty(h, self.head_size))  # v of Transformer-XL
         if config.position_encoding == "gated":
-            self.position_gate_proj = linear(
-                d, h, "projection"
-            )  # r_i = sigmoid(W_r h_i + b_r): relative (1) or absolute (0)
+            # r_i = sigmoid(W_r h_i + b_r): relative (1) or absolute (0)
+            self.position_gate_proj = linear(d, h, "position_gate")
         if config.attention_type == "geometric":
             self.logit_bias = nn.Parameter(torch.empty(1))  # gamma
 
@@ -241,10 +238,10 @@ class NDRDotProductAttention(NDRAttentionBase):
     def __init__(self, config: NDRConfig):
         super().__init__(config)
         d = config.hidden_size
-        self.q_proj = linear(d, d, "projection")  # the bias is the content bias (u of Transformer-XL)
-        self.k_proj = linear(d, d, "projection", bias=False)
-        self.v_proj = linear(d, d, "projection", bias=False)
-        self.o_proj = linear(d, d, "projection", bias=False)
+        self.q_proj = linear(d, d, "query")  # the bias is the content bias (u of Transformer-XL)
+        self.k_proj = linear(d, d, "key", bias=False)
+        self.v_proj = linear(d, d, "value", bias=False)
+        self.o_proj = linear(d, d, "attention_output", bias=False)
         if config.attention_type == "geometric" or config.position_encoding in ("relative", "gated"):
             self.scale = nn.Parameter(torch.empty(1))
         else:
@@ -339,7 +336,7 @@ class NDRMetricAttention(NDRAttentionBase):
         super().__init__(config)
         d = config.hidden_size
         self.p_proj = linear(d, d, "projection", bias=False)
-        self.o_proj = linear(d, d, "projection", bias=False)
+        self.o_proj = linear(d, d, "attention_output", bias=False)
         self.metric_tensor_type = config.metric_tensor
         _, shape = METRIC_PARAMETRIZATIONS[config.metric_tensor]
         self.metric = nn.Parameter(torch.empty(shape(self.num_heads, self.head_size)))

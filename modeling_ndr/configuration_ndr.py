@@ -18,6 +18,13 @@ ATTENTION_SCORES = ("dot", "metric")  # q.k, or p_i M p_j with one projection pe
 METRIC_TENSORS = ("symmetric", "psd", "diagonal")  # how M is parametrised
 HALTINGS = ("none", "act")
 READOUTS = ("first", "last")
+# How the weights start: the NDR release's init, or that of the paper's official code (RobertCsordas/ndr), per variant.
+INIT_STYLES = ("ndr", "official")
+# How the token embeddings start: N(0, 1) (PyTorch's default), Kaiming-normal or Xavier-uniform (the official sweeps'
+# `embedding_init`).
+EMBEDDING_INITS = ("normal", "kaiming", "xavier")
+# ACT's ponder cost: N + R per column averaged over each sample's real columns, or the official code's mean remainder.
+ACT_PONDER_COSTS = ("ndr", "official")
 # Position encodings that metric attention supports: its one projection serves as query and key, which the
 # Transformer-XL terms (separate content and position biases on the query) do not fit.
 METRIC_POSITION_ENCODINGS = ("direction", "absolute", "none")
@@ -89,6 +96,15 @@ class NDRConfig(PreTrainedConfig):
             Weight tau of the ponder cost N + R added to the classification loss.
         act_halting_bias_init (`float`, *optional*, defaults to -3.0):
             Initial bias of the halting unit: sigmoid(-3) ≈ 0.05 per step, so no column halts early at the start.
+        act_ponder_cost (`str`, *optional*, defaults to `"ndr"`):
+            The ponder cost that `act_ponder_weight` weighs: `"ndr"` (N + R per column, averaged over each sample's
+            real columns, then over the batch) or `"official"` (the official code's: the remainder R alone, averaged
+            over every position of the batch, padding counting 0; N has no gradient, so the two differ in how columns
+            are weighted).
+        act_ut_variant (`bool`, *optional*, defaults to `False`):
+            With ACT, the Universal Transformer's own variant (the official code's `ut_variant`): a column still
+            running at the last step is not made to halt (its weights sum to less than 1), and each step's output
+            replaces `(1 - w)` of the mix so far, `o <- (1 - w) o + w h`, instead of adding `w h`.
         act_update_halted (`bool`, *optional*, defaults to `False`):
             With ACT, keep applying the layer to columns that have halted, as the paper's release does: halting then
             only ends a column's contribution to its output, and a halted column still passes values on to the
@@ -110,7 +126,21 @@ class NDRConfig(PreTrainedConfig):
         layer_norm_eps (`float`, *optional*, defaults to 1e-5):
             Epsilon of the layer norms.
         initializer_range (`float`, *optional*, defaults to 0.02):
-            Standard deviation of the classifier's weight init.
+            Standard deviation of the classifier's weight init (and of the halting unit's) with `init_style="ndr"`.
+        init_style (`str`, *optional*, defaults to `"ndr"`):
+            How the layers' weights start: `"ndr"` (the NDR release's init, which every released model was trained
+            from) or `"official"` (as the paper's official code initialises the counterpart of each layer, per
+            variant: Xavier with the head size as fan for geometric attention, PyTorch's default init for the
+            direction and gate projections, the classifier, the halting unit, the softmax attentions' output and
+            every bias but the copy gate's; the model docs list each choice). Needs `attention_scores="dot"` (the
+            official code has no metric-tensor attention).
+        embedding_init (`str`, *optional*, defaults to `"normal"`):
+            How the token embeddings start: `"normal"` (N(0, 1), PyTorch's default), `"kaiming"` (Kaiming-normal,
+            std sqrt(2 / hidden_size): the official sweeps of the CTL and arithmetic baselines) or `"xavier"`
+            (Xavier-uniform: the official default of the relative-position baselines).
+        embedding_dropout (`float`, *optional*, defaults to 0.0):
+            Dropout on the input embeddings (after the absolute positions are added). The official baselines with
+            absolute positions apply 0.1 there (their positional encoding's dropout); the others none.
         output_gates (`bool`, *optional*, defaults to `False`):
             Return every step's copy gate (like `output_attentions` / `output_hidden_states`).
     """
@@ -148,6 +178,11 @@ class NDRConfig(PreTrainedConfig):
         readout="last",
         layer_norm_eps=1e-5,
         initializer_range=0.02,
+        init_style="ndr",
+        embedding_init="normal",
+        embedding_dropout=0.0,
+        act_ponder_cost="ndr",
+        act_ut_variant=False,
         output_gates=False,
         pad_token_id=0,
         bos_token_id=2,
@@ -181,6 +216,11 @@ class NDRConfig(PreTrainedConfig):
         self.readout = readout
         self.layer_norm_eps = layer_norm_eps
         self.initializer_range = initializer_range
+        self.init_style = init_style
+        self.embedding_init = embedding_init
+        self.embedding_dropout = embedding_dropout
+        self.act_ponder_cost = act_ponder_cost
+        self.act_ut_variant = act_ut_variant
         self.output_gates = output_gates
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
@@ -280,6 +320,11 @@ FIELD_RULES = {
     "readout": _one_of(READOUTS),
     "layer_norm_eps": _number(0.0, open_low=True),
     "initializer_range": _number(0.0),
+    "init_style": _one_of(INIT_STYLES),
+    "embedding_init": _one_of(EMBEDDING_INITS),
+    "embedding_dropout": _PROBABILITY,
+    "act_ponder_cost": _one_of(ACT_PONDER_COSTS),
+    "act_ut_variant": _flag,
     "output_gates": _flag,
 }
 
@@ -300,6 +345,11 @@ COMBINATION_RULES = (
         ("halting", "adaptive_steps"),
         lambda c: not (c.halting == "act" and c.adaptive_steps),
         "ACT already chooses the number of steps per column; use one of the two",
+    ),
+    (
+        ("init_style", "attention_scores"),
+        lambda c: c.init_style == "ndr" or c.attention_scores == "dot",
+        "the official code has no metric-tensor attention, so there is no official init of it",
     ),
 )
 

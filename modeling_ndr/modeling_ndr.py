@@ -256,12 +256,21 @@ class NDRPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """The release's init: Xavier-uniform projections (gain sqrt 2 into a ReLU, 5/3 for the update's output), N(0,
-        1) embeddings, the gate bias at `gate_bias_init`, alpha = 1/sqrt(e), beta = 1, gamma = 0; metric tensors start
-        at the identity; the classifier and layer norms get the transformers defaults."""
+        """How every weight starts. `config.init_style="ndr"` (the release's init): Xavier-uniform projections (gain
+        sqrt 2 into a ReLU, 5/3 for the update's output), biases 0 but the gate's (`gate_bias_init`), the halting unit
+        N(0, `initializer_range`) with bias `act_halting_bias_init`, the classifier the transformers default;
+        `"official"`: as the official code starts each layer (`_official_projection_init`). Either way alpha =
+        1/sqrt(e), beta = 1, gamma = 0, the relative-position bias 0, metric tensors the identity, layer norms 1 and 0,
+        and the embeddings as `config.embedding_init` says (default N(0, 1))."""
         super()._init_weights(module)
+        config = self.config
         if isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=1.0)
+            if config.embedding_init == "kaiming":
+                init.kaiming_normal_(module.weight)  # fan_in = hidden_size: std sqrt(2 / d), as the official sweeps'
+            elif config.embedding_init == "xavier":
+                init.xavier_uniform_(module.weight)
+            else:
+                init.normal_(module.weight, mean=0.0, std=1.0)
         elif isinstance(module, NDRAttentionBase):
             if isinstance(module.scale if hasattr(module, "scale") else None, nn.Parameter):
                 init.constant_(module.scale, 1.0 / math.sqrt(module.head_size))
@@ -274,15 +283,18 @@ class NDRPreTrainedModel(PreTrainedModel):
             if isinstance(module, NDRMetricAttention):
                 identity = torch.eye(module.head_size, device=module.metric.device).expand(module.num_heads, -1, -1)
                 init.copy_(module.metric, identity if module.metric.dim() == 3 else torch.ones_like(module.metric))
+        elif isinstance(module, nn.Linear) and hasattr(module, "init_role") and config.init_style == "official":
+            self._official_projection_init(module)
         elif isinstance(module, nn.Linear) and hasattr(module, "init_role"):
             # The role is read from the projection itself (`attention_ndr.linear`): transformers skips custom-code
             # modules that own no parameters directly (`NDRCopyGate`, `NDRHalting`, ...), so they cannot set it.
+            attention = ("xavier", 1.0, 0.0)
             kind, scale, bias = {
                 "relu_input": ("xavier", math.sqrt(2.0), 0.0),  # W_1, G_1 (and the FFN's first layer)
                 "update_output": ("xavier", 5.0 / 3.0, 0.0),  # W_2
-                "gate_output": ("xavier", 1.0, self.config.gate_bias_init),  # G_2
-                "halting": ("normal", self.config.initializer_range, self.config.act_halting_bias_init),
-                "projection": ("xavier", 1.0, 0.0),  # attention
+                "gate_output": ("xavier", 1.0, config.gate_bias_init),  # G_2
+                "halting": ("normal", config.initializer_range, config.act_halting_bias_init),
+                **dict.fromkeys(ATTENTION_ROLES, attention),
             }[module.init_role]
             if kind == "xavier":
                 init.xavier_uniform_(module.weight, gain=scale)
@@ -290,6 +302,66 @@ class NDRPreTrainedModel(PreTrainedModel):
                 init.normal_(module.weight, std=scale)
             if module.bias is not None:
                 init.constant_(module.bias, bias)
+        elif isinstance(module, nn.Linear) and config.init_style == "official":
+            pytorch_default_init(module)  # the classifier: the official code's init of it never runs (see the docs)
+
+    def _official_projection_init(self, module: nn.Linear):
+        """A projection as the official code (RobertCsordas/ndr at da20530) starts its counterpart, which depends on
+        the variant: the layer is `NDRGeometric` (copy gate, geometric attention), `NDRResidual` (copy gate, softmax
+        attention) or a Transformer encoder layer (no copy gate); the attention `DirectionSensitiveGeometricAttention
+        MyInit` (geometric), `FixedRelativeMultiheadAttention` (relative or gated positions) or `MultiHeadAttention`.
+        A Xavier-uniform weight is U(±gain sqrt(6 / (fan_in + fan_out))); every weight and bias not named here keeps
+        `nn.Linear`'s own init (`pytorch_default_init`), which the official code does not redo."""
+        config, role = self.config, module.init_role
+        d, e = config.hidden_size, config.hidden_size // config.num_attention_heads
+        geometric = config.attention_type == "geometric"
+        fans = (module.in_features, module.out_features)
+        xavier = {  # role -> (gain, fan_in, fan_out)
+            "relu_input": (math.sqrt(2.0), *fans),  # W_1, G_1, the FFN's first layer: gain("relu")
+            "gate_output": (1.0, *fans),  # G_2: gain("sigmoid") = 1
+            "relative_position": (1.0, d, d),  # pos_to_pq
+            # geometric: xavier_manual_ with the head size e as the fan on the heads' side; softmax: torch's fans,
+            # where keys and values are one (2d, d) projection (data_to_kv)
+            "query": (1.0, d, e) if geometric else (1.0, d, d),
+            "key": (1.0, d, e) if geometric else (1.0, d, 2 * d),
+            "value": (1.0, d, e) if geometric else (1.0, d, 2 * d),
+        }
+        if geometric:
+            xavier["attention_output"] = (1.0, e, d)  # the softmax attentions keep multi_head_merge's default
+        if not config.copy_gate:
+            xavier["update_output"] = (1.0, *fans)  # the FFN's second layer: gain 1
+        elif geometric:
+            xavier["update_output"] = (5.0 / 3.0, *fans)  # NDRGeometric's p2: gain("tanh"); NDRResidual's: default
+        if role in xavier:
+            gain, fan_in, fan_out = xavier[role]
+            bound = math.sqrt(3.0) * gain * math.sqrt(2.0 / (fan_in + fan_out))
+            init.uniform_(module.weight, -bound, bound)
+        else:  # direction (data_to_qp), position gate (data_to_absgate), halting (p_map), softmax attention output
+            init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+        if module.bias is None:
+            return
+        if role == "gate_output":
+            init.constant_(module.bias, config.gate_bias_init)
+        elif role == "query":  # the content bias: global_content_bias (zeros), or none in MultiHeadAttention
+            init.zeros_(module.bias)
+        else:
+            bound = 1.0 / math.sqrt(module.in_features)
+            init.uniform_(module.bias, -bound, bound)
+
+
+# The roles (`attention_ndr.linear`) of the attention's projections; the release's init makes each Xavier-uniform.
+ATTENTION_ROLES = (
+    "query", "key", "value", "attention_output", "direction", "relative_position", "position_gate", "projection",
+)  # fmt: skip
+
+
+def pytorch_default_init(module: nn.Linear):
+    """`nn.Linear`'s own init (`reset_parameters`): the weight Kaiming-uniform with a = sqrt 5, which is
+    U(±1/sqrt(fan_in)), and the bias U(±1/sqrt(fan_in))."""
+    init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+    if module.bias is not None:
+        bound = 1.0 / math.sqrt(module.in_features)
+        init.uniform_(module.bias, -bound, bound)
 
 
 def check_inputs(input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
@@ -388,6 +460,7 @@ class NDRModel(NDRPreTrainedModel):
     def __init__(self, config: NDRConfig):
         super().__init__(config)
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embedding_dropout = NDRDropout(config.embedding_dropout)  # after the absolute positions, if any
         self.layer = NDRLayer(config)
         if config.halting == "act":
             self.halting = NDRHalting(config)
@@ -447,6 +520,7 @@ class NDRModel(NDRPreTrainedModel):
         if config.position_encoding == "absolute":
             positions = position_ids(attention_mask, batch, seq, hidden_states.device)
             hidden_states = hidden_states + sinusoidal_encoding(positions, config.hidden_size).to(hidden_states.dtype)
+        hidden_states = self.embedding_dropout(hidden_states)
 
         # once per forward, not per step; a checkpointed layer recomputes it in each step (reentrant checkpointing runs
         # a separate backward per step, which could not go through shared tensors twice)
@@ -486,7 +560,11 @@ class NDRModel(NDRPreTrainedModel):
         step where its cumulative probability would pass `act_threshold` (or at the last step), and that step gets
         the remainder `R = 1 - sum of its earlier p`. Its output is `sum_t w_t h_t` with `w_t = p_t` before that step
         and `R` at it; afterwards it is copied unchanged, or with `config.act_update_halted` still updated (it goes
-        on serving the other columns; its output stays as it was). Ponder cost: `N + R`, N the number of steps it ran.
+        on serving the other columns; its output stays as it was). Ponder cost: `N + R`, N the number of steps it ran,
+        averaged over the sample's real columns; with `config.act_ponder_cost="official"` R alone, averaged over all
+        of the sample's positions (padding as 0), so that its batch mean is the official code's `remainders.mean()`.
+        `config.act_ut_variant` (the Universal Transformer's variant): no column is made to halt at the last step, and
+        the output is mixed as `o <- (1 - w_t) o + w_t h_t`.
 
         The loop stops early once every column has halted. Asking that is a host sync per step, so it is asked only
         where it is free (the CPU) or at inference; a CUDA training step (and a compiled one) runs all `max_steps`,
@@ -497,12 +575,11 @@ class NDRModel(NDRPreTrainedModel):
         remainder = torch.zeros_like(halting_sum)
         steps_run = torch.zeros(running.shape, dtype=torch.long, device=running.device)
         output = torch.zeros_like(hidden_states)
-        update_halted = self.config.act_update_halted
+        update_halted, ut_variant = self.config.act_update_halted, self.config.act_ut_variant
         for step in range(max_steps):
             halting_probability = self.halting(hidden_states)  # (b, n), float32
-            halts = running & (
-                (halting_sum + halting_probability > self.config.act_threshold) | (step == max_steps - 1)
-            )
+            last = step == max_steps - 1 and not ut_variant
+            halts = running & ((halting_sum + halting_probability > self.config.act_threshold) | last)
             continues = running & ~halts
             weight = torch.where(continues, halting_probability, torch.where(halts, 1 - halting_sum, 0.0))
             remainder = torch.where(halts, 1 - halting_sum, remainder)
@@ -515,12 +592,16 @@ class NDRModel(NDRPreTrainedModel):
                 need_weights=need_weights,
                 precomputed=precomputed,
             )
-            output = output + weight.unsqueeze(-1).to(hidden_states.dtype) * hidden_states
+            weight = weight.unsqueeze(-1).to(hidden_states.dtype)
+            output = (output * (1 - weight) if ut_variant else output) + weight * hidden_states
             running = continues
             may_sync = running.device.type == "cpu" or not self.training
             if may_sync and not torch.compiler.is_compiling() and not running.any():
                 break
-        ponder = (steps_run + remainder).masked_fill(~real, 0.0).sum(-1) / real.sum(-1).clamp_min(1)  # (b,)
+        if self.config.act_ponder_cost == "official":
+            ponder = remainder.masked_fill(~real, 0.0).mean(-1)  # (b,)
+        else:
+            ponder = (steps_run + remainder).masked_fill(~real, 0.0).sum(-1) / real.sum(-1).clamp_min(1)  # (b,)
         return NDRModelOutput(last_hidden_state=output, ponder_cost=ponder, halting_steps=steps_run)
 
     def _adaptive_steps(
