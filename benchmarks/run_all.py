@@ -10,7 +10,9 @@
 3. inference on `iid_test` of an exported CTL model, fixed steps against adaptive steps (`adaptive_steps.py`; skipped
    with a note if there is no exported model: `make demo` writes one);
 4. data parallelism: 2 processes x 1 thread against the best single process (`data_parallel.py`);
-5. where CUDA is available, the GPU: geometric attention against SDPA's flash and memory-efficient kernels in bf16, and
+5. fp32 against bf16 autocast on this CPU at the three CPU presets' sizes: the training step, evaluation, and
+   `train.py`'s samples/s (`precision.py`; bf16 measured once where the CPU lacks native bf16);
+6. where CUDA is available, the GPU: geometric attention against SDPA's flash and memory-efficient kernels in bf16, and
    training samples/s and peak memory of the GPU presets, eager against `torch.compile` (`gpu.py`); without CUDA the
    report says it was skipped.
 
@@ -30,6 +32,7 @@ import torch
 import attention
 import data_parallel
 import gpu
+import precision
 import training_step
 from common import REPO, machine
 
@@ -92,6 +95,9 @@ def main():
     steps = "8" if args.quick else "30"
     results["data_parallel"], text = run_part("data parallelism", data_parallel.main, ["--steps", steps])
     sections.append("## Data parallelism\n\n" + text)
+    precision_args = ["--repeats", repeats, "--train_steps", "10" if args.quick else "60"]
+    results["precision"], text = run_part("precision: fp32 against bf16", precision.main, precision_args)
+    sections.append("## Precision: fp32 against bf16 autocast\n\n" + text)
     if torch.cuda.is_available():
         gpu_args = ["--repeats", "5" if args.quick else "20"] + (["--seq", "50,200"] if args.quick else [])
         results["gpu"], text = run_part("GPU", gpu.main, gpu_args)

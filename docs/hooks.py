@@ -35,7 +35,21 @@ TABLE = re.compile(r"<!-- table: (?P<name>[\w.-]+\.json) -->\n(?P<body>.*?)<!-- 
 def on_files(files, config):
     for image in sorted(SHARED_IMAGES.glob("*.png")):
         files.append(File.generated(config, f"images/{image.name}", abs_src_path=str(image)))
+    for curve in released_curves():
+        files.append(File.generated(config, f"images/{curve.parent.name}_{curve.name}", abs_src_path=str(curve)))
     return files
+
+
+def released_curves(models: Path = RELEASED) -> list[Path]:
+    """The learning curves of the releases that keep training (`hub_cards/models/<name>/training_curve.png`)."""
+    return sorted(models.glob("*/training_curve.png"))
+
+
+def render_curves(models: Path = RELEASED) -> str:
+    """`<!-- release curves -->`: each curve, under its release's name."""
+    blocks = [f"`{curve.parent.name}`\n\n![{curve.parent.name}: accuracy against training samples seen]"
+              f"(images/{curve.parent.name}_{curve.name})\n" for curve in released_curves(models)]  # fmt: skip
+    return "\n".join(blocks) or "No release keeps training yet.\n"
 
 
 def format_value(value) -> str:
@@ -97,6 +111,10 @@ def render_released(models: Path = RELEASED) -> str:
         minutes = run.get("training", {}).get("seconds", 0) / 60
         machine = run["machine"].split(", torch")[0]  # the torch build is on the card
         trained = f"`{run['preset']}`: {minutes:.1f} min, {run.get('processes', 1)} process(es) on {machine}"
+        if compute := run.get("continuation"):  # a release that keeps training: what its line spent
+            hours = sum(compute["seconds"].values()) / 3600
+            trained = (f"`{compute['recipe']}` line: {compute['samples'] / 1e6:.2f}M samples, {compute['chunks']} "
+                       f"chunk(s), {hours:.1f} h")  # fmt: skip
         rows.append([f"`{folder.name}`", task, *scores, fixed, deeper, PAPER_OOD_TEST.get(task, ""), trained])
     columns = ["repository", "task", *SPLITS, "ood_test, fixed steps", "11–12 functions: as loaded / fixed steps",
                "the paper's ood_test", "trained"]  # fmt: skip
@@ -107,4 +125,6 @@ def on_page_markdown(markdown, page, config, files):
     markdown = render_tables(markdown)
     if "<!-- released models -->" in markdown:
         markdown = markdown.replace("<!-- released models -->", render_released())
+    if "<!-- release curves -->" in markdown:
+        markdown = markdown.replace("<!-- release curves -->", render_curves())
     return markdown

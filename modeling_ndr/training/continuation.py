@@ -434,7 +434,7 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
         pending = read_json(os.path.join(work_dir, CONTINUATION_FILE))
         if pending and (continuation is None or pending.get("line_id") == continuation.get("line_id")):
             logger.warning("%s: adopting %s, trained by an interrupted continuation", name, newest)
-            continuation = _promote(release_dir, work_dir, newest, pending, publish, paper)
+            continuation, _ = _promote(release_dir, work_dir, newest, pending, publish, paper)
             line_step = checkpoint_step(newest)
 
     # the chunk starts from last-checkpoint/ (or the release's weights, or nothing), in a clean work folder
@@ -472,13 +472,13 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
     if newest is None or checkpoint_step(newest) <= line_step:
         raise RuntimeError(f"{name}: the chunk saved no checkpoint past step {line_step} (a time box shorter than a "
                            "step?); the release and its last-checkpoint/ are unchanged")  # fmt: skip
-    continuation = _promote(release_dir, work_dir, newest, pending, publish, paper)
+    continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper)
     state = read_json(os.path.join(newest, "trainer_state.json"))
     metric = recipe["values"].get("metric_for_best_model", "ood_valid_accuracy")
     return {
         "step": state["global_step"],
         "samples": samples_seen(continuation, state["global_step"]),
-        "released": continuation.get("released_now", False),
+        "released": released,
         "metric": metric,
         "release_value": release_metric(release_dir, metric),
         "line_best": state.get("best_metric"),
@@ -512,9 +512,9 @@ def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
     return {"line_id": line_id, "recipe": recipe, "warm_start": warm, "chunks": []}
 
 
-def _promote(release_dir, work_dir, newest, pending, publish, paper) -> dict:
+def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[dict, bool]:
     """After a chunk: its newest checkpoint becomes `last-checkpoint/`; if the line's best beats the release, the
-    best checkpoint is released."""
+    best checkpoint is released. Returns the line's new `continuation.json` and whether it was released."""
     start = pending.pop("pending")
     continuation = {**pending, "chunks": [*pending["chunks"], chunk_record(
         work_dir, newest, start["start_step"], start["start_seconds"], pending["recipe"]["total_batch"])]}  # fmt: skip
@@ -536,4 +536,4 @@ def _promote(release_dir, work_dir, newest, pending, publish, paper) -> dict:
     else:
         logger.warning("%s: the release stays (%s %s; the line's best: %s)", os.path.basename(release_dir), metric,
                        current, best)  # fmt: skip
-    return {**continuation, "released_now": bool(improved)}
+    return continuation, bool(improved)
