@@ -17,6 +17,7 @@ take torch's fused kernel). Attention dropout acts on the keys, never on the wei
 Tensor dimensions: b batch, h heads, i query, j key (n positions), d hidden size, e head size (d / h).
 """
 
+import logging
 import math
 
 import torch
@@ -25,7 +26,10 @@ from torch.nn import functional as F
 
 from .configuration_ndr import NDRConfig
 from .dropout_ndr import NDRDropout
-from .geometric_ndr import cached_per_length, direction_logits, geometric_attention_weights
+from .geometric_ndr import cached_per_length, direction_logits, geometric_attention_weights, triton_kernel_device_type
+
+
+logger = logging.getLogger(__name__)
 
 
 def sinusoidal_encoding(positions: torch.Tensor, dim: int) -> torch.Tensor:
@@ -100,6 +104,13 @@ class NDRAttentionBase(nn.Module):
         self.attention_type = config.attention_type
         self.position_encoding = config.position_encoding
         self.normalize = config.normalize_attention
+        self.geometric_kernel = config.geometric_attention_kernel
+        wants_triton = self.geometric_kernel == "triton" and config.attention_type == "geometric"
+        if wants_triton and not triton_kernel_device_type():
+            logger.warning(
+                'geometric_attention_kernel="triton" but triton is not installed (pip install "ndr[triton]"): '
+                "the PyTorch path computes the same weights."
+            )
         self.key_dropout = NDRDropout(config.attention_dropout)
         d, h = config.hidden_size, config.num_attention_heads
         if config.position_encoding == "direction":
@@ -197,8 +208,9 @@ class NDRAttentionBase(nn.Module):
             else:
                 left, right = left + self.logit_bias, right + self.logit_bias
         return attention(
-            query, key, value, attention_mask, self.attention_type, left, right, position_logits, self.normalize
-        )
+            query, key, value, attention_mask, self.attention_type, left, right, position_logits,
+            normalize=self.normalize, kernel=self.geometric_kernel,
+        )  # fmt: skip
 
 
 def attention(
@@ -211,12 +223,14 @@ def attention(
     right: torch.Tensor | None = None,
     position_logits: torch.Tensor | None = None,
     normalize: bool = False,
+    kernel: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention op itself: `weights(query . key + terms) @ value`; (b, h, n, e) each → ((b, h, n, e), weights).
 
     `left` / `right` (b, h, n) are added to the logits of the keys left / right of each query (the direction term;
-    the geometric kernel adds them per row), `position_logits` (b, h, n, n) to all of them. The benchmarks call this
-    function, so what they time is what the model computes."""
+    the geometric kernel adds them per row), `position_logits` (b, h, n, n) to all of them. `kernel` picks what
+    computes geometric weights (`geometric_attention_weights`). The benchmarks call this function, so what they time
+    is what the model computes."""
     content = query @ key.transpose(-1, -2)  # (b, h, n, n)
     if position_logits is not None:
         content = content + position_logits
@@ -224,7 +238,7 @@ def attention(
         logits = content if left is None else direction_logits(content, left, right)
         weights = softmax_attention_weights(logits, attention_mask)
     else:
-        weights = geometric_attention_weights(content, attention_mask, left=left, right=right)
+        weights = geometric_attention_weights(content, attention_mask, left=left, right=right, kernel=kernel)
         if normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
     return weights.to(value.dtype) @ value, weights

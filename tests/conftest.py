@@ -16,6 +16,10 @@ import torch  # noqa: E402
 
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Without a GPU, Triton kernels (modeling_ndr.geometric_ndr_triton) run in Triton's interpreter, on CPU tensors. Triton
+# reads this when a kernel is defined, which is when that module is first imported: after this file.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture

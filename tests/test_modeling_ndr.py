@@ -477,6 +477,7 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
     """
     import importlib, sys
     sys.modules["modeling_ndr"] = None  # this Python cannot import the package
+    sys.modules["triton"] = None  # nor triton: the copy of the optional Triton kernels must import without it
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
     folder = sys.argv[1]
@@ -486,6 +487,7 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
     # the copy holds the .py files only: no kernel source, so geometric attention takes the PyTorch path
     geometric = importlib.import_module(type(classifier).__module__.rsplit(".", 1)[0] + ".geometric_ndr")
     assert geometric.load_cpu_kernel() is None and not geometric.uses_cpu_kernel(torch.zeros(1))
+    assert not geometric.uses_triton_kernel(torch.zeros(1))
     input_ids = torch.load(sys.argv[2])
     print(repr(classifier(input_ids).logits.tolist()))
     print(type(encoder).__name__)
@@ -496,6 +498,7 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
 def test_trust_remote_code_loads_without_the_package(tmp_path):
     model = NDRForSequenceClassification(tiny_config()).eval()
     model.save_pretrained(tmp_path / "saved")
+    assert (tmp_path / "saved" / "geometric_ndr_triton.py").is_file(), "geometric_ndr.py imports it: it travels along"
     input_ids, _ = random_batch()
     torch.save(input_ids, tmp_path / "ids.pt")
     (tmp_path / "load.py").write_text(REMOTE_CODE_SCRIPT)
