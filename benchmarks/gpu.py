@@ -4,10 +4,12 @@
     python benchmarks/gpu.py --device cpu --tiny --compile-backend eager   # the same code on the CPU, tiny sizes
 
 1. The attention op, forward + backward under bf16 autocast (as the model trains), at N = 50, 200, 512: geometric
-   attention (`modeling_ndr.attention_ndr.attention`, the function the model calls, with the direction terms)
-   against `scaled_dot_product_attention` with its flash backend and its memory-efficient backend. Time per call
-   (median of interleaved rounds, the device synchronised around each call) and peak memory
-   (`torch.cuda.max_memory_allocated` above what the inputs hold).
+   attention (`modeling_ndr.attention_ndr.attention`, the function the model calls, with the direction terms) three
+   ways: the PyTorch path eager, the same under `torch.compile`, and the fused Triton kernels
+   (`kernel="triton"`, where triton is installed), against `scaled_dot_product_attention` with its flash backend and
+   its memory-efficient backend. Time per call (median of interleaved rounds, the device synchronised around each
+   call) and peak memory (`torch.cuda.max_memory_allocated` above what the inputs hold). On the CPU the Triton kernels
+   run only in Triton's interpreter (`TRITON_INTERPRET=1`), which checks the code and measures nothing.
 2. One training step (forward, backward, gradient clipping, AdamW) of the GPU presets at the paper's sizes, on the
    presets' own batches (the task's training rows, 512 per batch, length-grouped where the preset groups them):
    samples per second and peak memory, eager against `torch.compile`, and the minutes the preset's `max_steps` take at
@@ -29,8 +31,16 @@ from transformers import DataCollatorWithPadding
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
 from common import machine, ratio, save_json
-from modeling_ndr import NDRConfig, NDRForSequenceClassification, load_task, task_readout, task_tokenizer
+from modeling_ndr import (
+    NDRConfig,
+    NDRForSequenceClassification,
+    geometric_ndr_triton,
+    load_task,
+    task_readout,
+    task_tokenizer,
+)
 from modeling_ndr.attention_ndr import attention
+from modeling_ndr.geometric_ndr import uses_triton_kernel
 from modeling_ndr.tables import markdown_table
 
 
@@ -73,9 +83,11 @@ def peak_memory_mib(function, device: torch.device) -> float | None:
 # ---------------------------------------------------------------------------------------------------- attention op
 
 
-def attention_contenders(batch: int, heads: int, seq: int, head_size: int, device: torch.device) -> dict:
-    """Forward + backward of geometric attention and of SDPA's flash and memory-efficient backends, under bf16
-    autocast, from the same float32 leaf tensors and the same output gradient."""
+def attention_contenders(
+    batch: int, heads: int, seq: int, head_size: int, device: torch.device, compile_backend: str = "inductor"
+) -> dict:
+    """Forward + backward of geometric attention (eager, compiled, Triton) and of SDPA's flash and memory-efficient
+    backends, under bf16 autocast, from the same float32 leaf tensors and the same output gradient."""
     generator = torch.Generator(device="cpu").manual_seed(0)
     shape = (batch, heads, seq, head_size)
     query, key, value = (torch.randn(shape, generator=generator).to(device).requires_grad_() for _ in range(3))
@@ -98,6 +110,14 @@ def attention_contenders(batch: int, heads: int, seq: int, head_size: int, devic
     def geometric():
         return attention(query * scale, key, value, None, "geometric", left, right)[0]
 
+    compiled_attention = torch.compile(attention, backend=compile_backend)
+
+    def compiled():
+        return compiled_attention(query * scale, key, value, None, "geometric", left, right)[0]
+
+    def triton():
+        return attention(query * scale, key, value, None, "geometric", left, right, kernel="triton")[0]
+
     def sdpa(backend):
         def body():
             with sdpa_kernel(backend):
@@ -105,7 +125,9 @@ def attention_contenders(batch: int, heads: int, seq: int, head_size: int, devic
 
         return body
 
-    contenders = {"geometric": call(geometric)}
+    contenders = {"geometric": call(geometric), "compiled": call(compiled)}
+    if uses_triton_kernel(torch.empty(0, device=device)):  # triton installed, and it runs on this device
+        contenders["triton"] = call(triton)
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
         try:
             call(sdpa(backend))()
@@ -115,10 +137,16 @@ def attention_contenders(batch: int, heads: int, seq: int, head_size: int, devic
     return contenders
 
 
-def attention_op(seqs: list[int], batch: int, heads: int, head_size: int, repeats: int, device) -> list[dict]:
+# the geometric contenders besides eager, as the table names them
+GEOMETRIC_VARIANTS = {"compiled": "compiled", "triton": "Triton"}
+
+
+def attention_op(
+    seqs: list[int], batch: int, heads: int, head_size: int, repeats: int, device, compile_backend: str = "inductor"
+) -> list[dict]:
     rows = []
     for seq in seqs:
-        contenders = attention_contenders(batch, heads, seq, head_size, device)
+        contenders = attention_contenders(batch, heads, seq, head_size, device, compile_backend)
         times = timed_rounds(contenders, device, repeats)
         memory = {name: peak_memory_mib(function, device) for name, function in contenders.items()}
         row = {"N": seq, "geometric (ms)": f"{times['geometric'] * 1e3:.2f}"}
@@ -128,8 +156,15 @@ def attention_op(seqs: list[int], batch: int, heads: int, head_size: int, repeat
                 row[f"geometric / {name}"] = ratio(times["geometric"], times[name])
             else:
                 row[f"SDPA {name} (ms)"] = "n/a"
+        for name, label in GEOMETRIC_VARIANTS.items():
+            row[f"geometric {label} (ms)"] = f"{times[name] * 1e3:.2f}" if name in times else "n/a"
+            if name in times and "flash" in times:
+                row[f"{label} / flash"] = ratio(times[name], times["flash"])
         if memory["geometric"] is not None:
             row["peak MiB geometric"] = f"{memory['geometric']:.0f}"
+            for name, label in GEOMETRIC_VARIANTS.items():
+                if memory.get(name) is not None:
+                    row[f"peak MiB {label}"] = f"{memory[name]:.0f}"
             for name in ("flash", "efficient"):
                 if memory.get(name):
                     row[f"peak MiB {name}"] = f"{memory[name]:.0f}"
@@ -261,7 +296,9 @@ def main(argv=None) -> dict | None:
     header = f"{name}, torch {torch.__version__}, bf16 autocast" + (" (tiny sizes: not a measurement)" * args.tiny)
     print(f"### {header}\n", flush=True)
     setting = f"batch {batch}, heads {heads}, head size {head_size}, forward + backward, median"
-    attention_rows = attention_op(seqs, batch, heads, head_size, args.repeats, device)
+    if args.tiny:  # small tiles: Triton's interpreter (the CPU) runs a tile element by element
+        geometric_ndr_triton.BLOCK_ROWS, geometric_ndr_triton.BLOCK_DISTANCES = 4, 16
+    attention_rows = attention_op(seqs, batch, heads, head_size, args.repeats, device, args.compile_backend)
     print(f"\n### attention op on {name} ({setting})\n\n{markdown_table(attention_rows)}\n", flush=True)
     presets = [p for p in args.presets.split(",") if p]
     step_rows = training_steps(presets, device, args.tiny, args.repeats, args.compile_backend)
