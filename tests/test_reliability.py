@@ -1,6 +1,8 @@
 """Everyday accidents get one clear line or the right behaviour: two runs on one output folder, a run that died holding
 it, interrupted exports and builds, half-written checkpoints, and a user's broken data files."""
 
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -132,12 +134,26 @@ def test_a_live_process_named_in_the_file_keeps_the_folder_even_without_flock(tm
         def no_flock(fd, operation):  # a file system where flock always succeeds without locking anything
             return None
 
-        monkeypatch.setattr(locking.fcntl, "flock", no_flock)
+        monkeypatch.setattr(fcntl, "flock", no_flock)  # filelock's flock
         with pytest.raises(UsageError, match=f"in use by process {holder.pid}"):
             locking.OutputDirLock(str(tmp_path)).acquire()
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_without_flock_the_lock_file_s_existence_keeps_the_folder(tmp_path, monkeypatch):
+    def flock_not_implemented(fd, operation):  # Lustre mounted without -o flock
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", flock_not_implemented)
+    with locking.lock_output_dir(str(tmp_path)):
+        assert (tmp_path / locking.LOCK_FILE).exists(), "the lock is the file's existence"
+        with pytest.raises(UsageError, match=f"is in use by process {os.getpid()} .*no flock.*delete"):
+            locking.OutputDirLock(str(tmp_path)).acquire()
+    assert not (tmp_path / locking.LOCK_FILE).exists(), "released: the file is gone"
+    with locking.lock_output_dir(str(tmp_path)) as lock:
+        assert lock is not None, "the next run gets the folder"
 
 
 def test_the_lock_is_released_when_the_run_ends_normally_or_by_an_exception(tmp_path):

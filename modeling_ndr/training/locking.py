@@ -2,28 +2,36 @@
 second run started on the same folder stops at once, in one line naming the folder and the run that holds it, instead
 of writing checkpoints, logs and the export into the first run's folder.
 
-The lock is `fcntl.flock` on `output_dir/.ndr-run.lock`: the kernel releases it when the holding process ends, however
-it ends (`kill -9` included), so a lock can never outlive its run. The file also holds the holder's pid, host and
-start time, for the message; a file left behind by a run that died (`kill -9`, a lost node) is taken over with a
-warning. On file systems without `flock` the pid is checked instead: a live process on this host keeps the folder,
-and a run on another host keeps it until its lock file is deleted.
+The lock is `filelock.FileLock` (an `flock` on `output_dir/.ndr-run.lock`): the kernel releases it when the holding
+process ends, however it ends (`kill -9` included), so a lock can never outlive its run. The file also holds the
+holder's pid, host and start time, for the message; a file left behind by a run that died (`kill -9`, a lost node) is
+taken over with a warning, and a live process on this host named in it keeps the folder even where `flock` succeeds
+without locking. On file systems without `flock` the lock is `filelock.SoftFileLock`, the file's existence:
+filelock takes over a file left by an ended process of this host, and a run on another host keeps the folder until
+its lock file is deleted.
 """
 
 import contextlib
 import datetime
 import errno
-import fcntl
 import json
 import logging
 import os
 import socket
 from collections.abc import Iterator
 
+import filelock
+
 from .errors import UsageError
 
 
 logger = logging.getLogger(__name__)
 LOCK_FILE = ".ndr-run.lock"
+# flock's answers on a file system that has no file locks (Lustre without -o flock, NFS without a lock daemon)
+NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
+# How long a contender tries before it gives up: long enough to ride out a holder's release (it unlinks the file, then
+# unlocks it; filelock then tries the new file), short enough that a busy folder is refused at once.
+RETRY_SECONDS = 0.2
 
 
 def _process_start(pid: int) -> str | None:
@@ -75,6 +83,18 @@ def _read_holder(fd: int) -> dict:
     return holder if isinstance(holder, dict) else {}
 
 
+def _read_holder_file(path: str) -> dict:
+    """The holder recorded in the lock file at `path` ({} if there is none yet, or no file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return {}
+    try:
+        return _read_holder(fd)
+    finally:
+        os.close(fd)
+
+
 class OutputDirLock:
     """The lock of one run on its output folder (use `lock_output_dir`, a context manager).
 
@@ -87,8 +107,9 @@ class OutputDirLock:
         self.output_dir = output_dir
         self.flag = flag
         self.path = os.path.join(output_dir, LOCK_FILE)
-        self.fd: int | None = None
+        self.fd: int | None = None  # the lock file's descriptor while a native lock is held (filelock's)
         self.created_dir = False
+        self._lock: filelock.BaseFileLock | None = None
 
     def acquire(self) -> "OutputDirLock":
         """Take the lock, or raise a one-line `UsageError` naming the folder and the process that holds it."""
@@ -100,33 +121,31 @@ class OutputDirLock:
                 pass
             except OSError as error:
                 raise UsageError(f"{self.flag} {self.output_dir}: cannot create it ({error.strerror})") from None
-        while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as error:
-                raise UsageError(f"{self.flag} {self.output_dir}: cannot write a lock file there ({error})") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                flock_works = True
-            except OSError as error:
-                if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    holder = _read_holder(fd)
-                    os.close(fd)
-                    raise UsageError(self._busy_message(holder, alive=process_alive(holder.get("pid")))) from None
-                flock_works = False  # e.g. ENOLCK on some network file systems: fall back to the pid inside
-            # The holder before us may have deleted the file between our open and our flock: then we hold a lock on
-            # a file nobody else will open; start again on the file that is there now.
-            try:
-                same_file = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same_file = False
-            if same_file:
-                break
-            os.close(fd)
-        self.fd = fd
+        try:
+            self._lock = self._flock()
+        except UsageError:
+            self._remove_dir_if_we_made_it()
+            raise
+        return self
+
+    def _flock(self) -> filelock.BaseFileLock:
+        lock = filelock.FileLock(self.path, timeout=RETRY_SECONDS, thread_local=False, on_acquired=self._claim)
+        try:
+            lock.acquire(poll_interval=RETRY_SECONDS / 10)
+        except filelock.Timeout:
+            holder = _read_holder_file(self.path)
+            raise UsageError(self._busy_message(holder, alive=process_alive(holder.get("pid")))) from None
+        except OSError as error:
+            if error.errno in NO_FLOCK:
+                return self._soft_lock(error)
+            raise UsageError(f"{self.flag} {self.output_dir}: cannot write a lock file there ({error})") from None
+        return lock
+
+    def _claim(self, fd: int) -> None:
+        """filelock's `on_acquired`, with the locked file: check the holder it names, if any, then name this run."""
         holder = _read_holder(fd)
         if holder:
-            self._check_left_behind(holder, flock_works)
+            self._check_left_behind(holder)  # raising here makes filelock give the lock up again
         me = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -136,23 +155,30 @@ class OutputDirLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         os.fsync(fd)
-        return self
+        self.fd = fd
 
-    def _check_left_behind(self, holder: dict, flock_works: bool) -> None:
-        """A lock file that names a process although we got the lock: take it over, unless (without a working
-        `flock`) that process may still be running."""
-        pid, same_host = holder.get("pid"), holder.get("host") == socket.gethostname()
-        alive = same_host and process_alive(pid, holder.get("process_start"))
-        if alive and pid != os.getpid():
-            # only possible where flock does not lock (or the file was replaced under the holder): trust the pid
-            self._give_up()
-            raise UsageError(self._busy_message(holder, alive=True))
-        if not flock_works and not same_host:
-            self._give_up()
+    def _soft_lock(self, error: OSError) -> filelock.SoftFileLock:
+        """Where the file system has no `flock` (`error`): the existence of the lock file (`filelock.SoftFileLock`),
+        which records its own holder."""
+        with contextlib.suppress(OSError):
+            if os.path.getsize(self.path) == 0:
+                os.unlink(self.path)  # the empty file the flock attempt created
+        lock = filelock.SoftFileLock(self.path, timeout=RETRY_SECONDS, thread_local=False)
+        try:
+            lock.acquire(poll_interval=RETRY_SECONDS / 10)
+        except filelock.Timeout:
             raise UsageError(
-                f"{self.flag} {self.output_dir} is in use by {_holder_text(holder)}, which this host cannot check "
-                f"(this file system has no flock); if that run is gone, delete {self.path}"
-            )
+                f"{self.flag} {self.output_dir} is in use by process {lock.pid} (this file system has no flock: "
+                f"{error.strerror}); if that run is gone, delete {self.path}"
+            ) from None
+        return lock
+
+    def _check_left_behind(self, holder: dict) -> None:
+        """A lock file that names a process although we got the lock: take it over, unless that process is alive on
+        this host (where `flock` succeeds without locking anything)."""
+        pid, same_host = holder.get("pid"), holder.get("host") == socket.gethostname()
+        if same_host and process_alive(pid, holder.get("process_start")) and pid != os.getpid():
+            raise UsageError(self._busy_message(holder, alive=True))
         logger.warning(
             "%s %s: taking over the lock left behind by %s, which is no longer running (a run that was killed or "
             "crashed); its checkpoints stay, and --resume_from_checkpoint auto resumes from them",
@@ -168,11 +194,6 @@ class OutputDirLock:
             "another --output_dir"
         )
 
-    def _give_up(self) -> None:
-        os.close(self.fd)
-        self.fd = None
-        self._remove_dir_if_we_made_it()
-
     def _remove_dir_if_we_made_it(self) -> None:
         if self.created_dir:
             with contextlib.suppress(OSError):
@@ -180,15 +201,15 @@ class OutputDirLock:
 
     def release(self) -> None:
         """Delete the lock file and release the lock (a no-op if not held)."""
-        if self.fd is None:
+        if self._lock is None:
             return
-        # Unlink before unlocking, so a run waiting for the folder never takes a lock on a file that is going away
-        # (it checks that the file it locked is still the one at the path).
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-        self.fd = None
+        if self.fd is not None:
+            # Unlink before unlocking, so a run waiting for the folder never keeps a lock on a file that is going away
+            # (filelock retries on the file at the path). A soft lock deletes its file itself.
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        self._lock.release()
+        self._lock = self.fd = None
         self._remove_dir_if_we_made_it()
 
 
