@@ -123,6 +123,26 @@ def test_a_killed_holder_releases_the_lock(tmp_path, caplog):
     assert f"left behind by process {holder.pid}" in caplog.text, "kill -9 leaves the file: taken over, with a warning"
 
 
+def test_a_process_the_run_forked_does_not_keep_the_lock_once_the_run_is_killed(tmp_path, caplog):
+    code = textwrap.dedent(f"""
+        import os, time
+        from modeling_ndr.training.locking import lock_output_dir
+        with lock_output_dir({str(tmp_path)!r}):
+            if os.fork() == 0:  # a data-loader worker, alive while the test takes the folder
+                time.sleep(20)
+                os._exit(0)
+            print("locked", flush=True)
+            time.sleep(600)
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert holder.stdout.readline().strip() == "locked"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with caplog.at_level(logging.WARNING), locking.lock_output_dir(str(tmp_path)):
+        pass  # the worker still runs, but filelock closed the lock file in it
+    assert f"left behind by process {holder.pid}" in caplog.text
+
+
 def test_a_live_process_named_in_the_file_keeps_the_folder_even_without_flock(tmp_path, monkeypatch):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:

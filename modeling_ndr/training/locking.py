@@ -134,7 +134,7 @@ class OutputDirLock:
             lock.acquire(poll_interval=RETRY_SECONDS / 10)
         except filelock.Timeout:
             holder = _read_holder_file(self.path)
-            raise UsageError(self._busy_message(holder, alive=process_alive(holder.get("pid")))) from None
+            raise UsageError(self._busy_message(holder)) from None
         except OSError as error:
             if error.errno in NO_FLOCK:
                 return self._soft_lock(error)
@@ -178,17 +178,17 @@ class OutputDirLock:
         this host (where `flock` succeeds without locking anything)."""
         pid, same_host = holder.get("pid"), holder.get("host") == socket.gethostname()
         if same_host and process_alive(pid, holder.get("process_start")) and pid != os.getpid():
-            raise UsageError(self._busy_message(holder, alive=True))
+            raise UsageError(self._busy_message(holder))
         logger.warning(
             "%s %s: taking over the lock left behind by %s, which is no longer running (a run that was killed or "
             "crashed); its checkpoints stay, and --resume_from_checkpoint auto resumes from them",
             self.flag, self.output_dir, _holder_text(holder),
         )  # fmt: skip
 
-    def _busy_message(self, holder: dict, alive: bool) -> str:
+    def _busy_message(self, holder: dict) -> str:
+        # (a process the holder forked, a data-loader worker, does not keep the lock: filelock closes the lock file in
+        # a forked child)
         holder_text = _holder_text(holder) if holder else "another process (no pid recorded yet)"
-        if holder and not alive and holder.get("host") == socket.gethostname():
-            holder_text += ", whose child processes still hold the lock"
         return (
             f"{self.flag} {self.output_dir} is in use by {holder_text}: wait for that run to end, stop it, or choose "
             "another --output_dir"
