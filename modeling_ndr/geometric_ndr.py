@@ -178,6 +178,33 @@ def kernel_mode() -> str:
 KERNEL_SOURCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "geometric_ndr_cpu.cpp")
 
 
+@contextlib.contextmanager
+def _build_lock(name: str):
+    """Hold this kernel's build lock, clearing a build lock that a killed build left behind.
+
+    torch marks a build in progress with a file `lock` in the build folder, which outlives a build that was killed
+    (Ctrl-C, a timeout during the first build); every later process then waits for it forever, without a word. Builds
+    of this kernel also hold an `flock` (released by the kernel however the process ends), so whoever holds it knows
+    that a `lock` file there is a dead build's.
+    """
+    try:
+        import fcntl
+
+        from torch.utils.cpp_extension import _get_build_directory
+
+        folder = _get_build_directory(name, verbose=False)
+    except (ImportError, OSError):  # no flock (Windows), or torch moved its helper: torch's own lock alone
+        yield
+        return
+    with open(os.path.join(folder, ".ndr-build.flock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process building it: wait for that build
+        stale = os.path.join(folder, "lock")
+        if os.path.exists(stale):
+            logger.warning("Removing %s, left by a build of the CPU kernel that was killed", stale)
+            os.remove(stale)
+        yield
+
+
 def load_cpu_kernel():
     """The compiled CPU kernel module, building it on first use (cached by torch in `~/.cache/torch_extensions`), or
     `None` if it cannot be built here (no C++ compiler, no OpenMP, or no `geometric_ndr_cpu.cpp` next to this file)."""
@@ -197,13 +224,15 @@ def load_cpu_kernel():
                 capability = torch.backends.cpu.get_cpu_capability()
                 flags = _ISA_FLAGS.get(capability, [])
                 digest = hashlib.sha1((source + " ".join(flags) + torch.__version__).encode()).hexdigest()[:10]
-                module = load_inline(
-                    name=f"ndr_geometric_{capability.lower()}_{digest}",
-                    cpp_sources=source,
-                    functions=["geometric_forward", "geometric_backward"],
-                    extra_cflags=["-O3", "-fopenmp", *flags],
-                    extra_ldflags=["-fopenmp"],
-                )
+                name = f"ndr_geometric_{capability.lower()}_{digest}"
+                with _build_lock(name):
+                    module = load_inline(
+                        name=name,
+                        cpp_sources=source,
+                        functions=["geometric_forward", "geometric_backward"],
+                        extra_cflags=["-O3", "-fopenmp", *flags],
+                        extra_ldflags=["-fopenmp"],
+                    )
             except Exception as caught:  # noqa: BLE001 - no compiler, no OpenMP, no ninja: fall back, say why
                 error = caught
         if module is None:

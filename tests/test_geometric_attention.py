@@ -96,6 +96,32 @@ def test_without_the_kernel_source_the_torch_path_is_used(monkeypatch, tmp_path)
         load_cpu_kernel()
 
 
+def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_process(monkeypatch, tmp_path, caplog):
+    """torch waits forever on the `lock` file of a build that was killed; the kernel's own flock tells it is stale."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(geometric, "_kernel_state", {})
+    seen = {}
+
+    def fake_load_inline(name, **kwargs):  # torch's FileBaton would wait here while `lock` exists
+        seen["lock"] = os.path.exists(os.path.join(tmp_path, name, "lock"))
+        return "built"
+
+    monkeypatch.setattr(cpp_extension, "load_inline", fake_load_inline)
+    capability = torch.backends.cpu.get_cpu_capability()
+    with open(geometric.KERNEL_SOURCE_FILE) as f:
+        source = f.read()
+    flags = geometric._ISA_FLAGS.get(capability, [])
+    digest = geometric.hashlib.sha1((source + " ".join(flags) + torch.__version__).encode()).hexdigest()[:10]
+    folder = tmp_path / f"ndr_geometric_{capability.lower()}_{digest}"
+    folder.mkdir()
+    (folder / "lock").touch()  # what a Ctrl-C during the first build leaves
+    assert load_cpu_kernel() == "built"
+    assert seen == {"lock": False}, "the stale lock was removed before the build"
+    assert "left by a build of the CPU kernel that was killed" in caplog.text
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 17, 33])
 def test_weights_and_direction_terms_equal_the_brute_force(implementation, n):
     generator = torch.Generator().manual_seed(n)
