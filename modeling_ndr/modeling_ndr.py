@@ -398,8 +398,8 @@ def check_input_values(
 ) -> None:
     """The checks that read tensor values: `attention_mask` holds only 0 and 1 (a bool mask needs no check) and, with
     `need_a_token`, no row without a token; single-label `labels` are class ids of `config`. All of them together cost
-    one host sync (on CUDA the CPU waits for the queued work), so `forward` runs them once; under `torch.compile` they
-    are skipped."""
+    one host sync (on CUDA the CPU waits for the queued work), so `forward` runs them once, and only where
+    `may_read_values` allows it; under `torch.compile` they are skipped."""
     if torch.compiler.is_compiling():
         return
     single_label = labels is not None and is_single_label(labels, config)
@@ -426,6 +426,15 @@ def check_input_values(
         f"labels {values} are out of range: this model has num_labels={config.num_labels} (ids 0 to "
         f"{config.num_labels - 1}, {dict(list(config.id2label.items())[:10])})."
     )
+
+
+def may_read_values(training: bool, device: torch.device) -> bool:
+    """Whether a forward may read tensor values on the host: at inference (`model.eval()`) and on the CPU, where a read
+    waits for nothing. A training forward on a GPU reads none: each read would stall the step until the GPU caught up.
+    There the input value checks are left to the data pipeline, which checks the data before the first step
+    (`modeling_ndr.training.data.check_encoded`), and ACT runs every step instead of asking whether all columns have
+    halted. Under `torch.compile` nothing is read either."""
+    return not torch.compiler.is_compiling() and (not training or device.type == "cpu")
 
 
 def is_single_label(labels: torch.Tensor, config: NDRConfig) -> bool:
@@ -507,7 +516,8 @@ class NDRModel(NDRPreTrainedModel):
             [`NDRModelOutput`].
         """
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
-        check_input_values(attention_mask)
+        if may_read_values(self.training, (input_ids if input_ids is not None else inputs_embeds).device):
+            check_input_values(attention_mask)
         config = self.config
         adaptive = config.adaptive_steps if adaptive_steps is None else bool(adaptive_steps)
         adaptive = adaptive and not self.training
@@ -567,8 +577,8 @@ class NDRModel(NDRPreTrainedModel):
         the output is mixed as `o <- (1 - w_t) o + w_t h_t`.
 
         The loop stops early once every column has halted. Asking that is a host sync per step, so it is asked only
-        where it is free (the CPU) or at inference; a CUDA training step (and a compiled one) runs all `max_steps`,
-        which changes no result: a halted column copies its state and gets weight 0."""
+        where it is free (the CPU) or at inference (`may_read_values`); a CUDA training step (and a compiled one) runs
+        all `max_steps`, which changes no result: a halted column copies its state and gets weight 0."""
         running = self._real_columns(hidden_states, attention_mask)  # padding never runs
         real = running.clone()
         halting_sum = hidden_states.new_zeros(running.shape, dtype=torch.float32)  # (b, n)
@@ -595,8 +605,7 @@ class NDRModel(NDRPreTrainedModel):
             weight = weight.unsqueeze(-1).to(hidden_states.dtype)
             output = (output * (1 - weight) if ut_variant else output) + weight * hidden_states
             running = continues
-            may_sync = running.device.type == "cpu" or not self.training
-            if may_sync and not torch.compiler.is_compiling() and not running.any():
+            if may_read_values(self.training, running.device) and not running.any():
                 break
         if self.config.act_ponder_cost == "official":
             ponder = remainder.masked_fill(~real, 0.0).mean(-1)  # (b,)
@@ -712,8 +721,9 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
             [`NDRSequenceClassifierOutput`].
         """
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
-        check_input_values(attention_mask, labels, self.config, need_a_token=True)  # the one host sync
         device = (input_ids if input_ids is not None else inputs_embeds).device
+        if may_read_values(self.training, device):
+            check_input_values(attention_mask, labels, self.config, need_a_token=True)  # one host sync for all checks
         if attention_mask is None:
             attention_mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
         else:

@@ -159,6 +159,38 @@ def test_labels_out_of_range_name_the_label_count():
         model(input_ids, attention_mask=mask, labels=torch.tensor([0, 9]))
 
 
+def test_a_training_forward_on_the_cpu_still_checks_input_values():
+    """Only a training forward on a GPU leaves the value checks to the data pipeline (tests/fake_cuda/ checks that
+    it reads nothing); on the CPU a read waits for nothing, so training mode checks as inference does."""
+    model = NDRForSequenceClassification(tiny_config()).train()
+    input_ids, mask = batch()
+    with pytest.raises(ValueError, match=r"labels \[9\] are out of range"):
+        model(input_ids, attention_mask=mask, labels=torch.tensor([0, 9]))
+
+
+@pytest.mark.parametrize(
+    "column, values, message",
+    [
+        ("input_ids", [[2, 5, 3], [2, 12, 3]], r"row 1: column 'input_ids' holds 12, outside the model's vocab_size"),
+        ("attention_mask", [[1, 1, 1], [1, 2, 0]], r"row 1: column 'attention_mask' holds 2, outside 0 \(padding\)"),
+        ("attention_mask", [[1, 1, 1], [0, 0, 0]], r"row 1: column 'attention_mask' holds no token"),
+        ("labels", [0, 3], r"row 1: column 'labels' holds 3, outside the model's num_labels=3 classes"),
+    ],
+    ids=["token-id", "mask-value", "mask-without-token", "label"],
+)
+def test_encoded_data_is_checked_before_training(column, values, message):
+    """What the model does not check in a training step on a GPU, train.py checks on the whole data first."""
+    import datasets
+
+    from modeling_ndr.training.data import check_encoded
+
+    columns = {"input_ids": [[2, 5, 3], [2, 6, 3]], "attention_mask": [[1, 1, 1], [1, 1, 0]], "labels": [0, 2]}
+    check_encoded(datasets.DatasetDict({"train": datasets.Dataset.from_dict(columns)}), tiny_config())  # passes
+    columns[column] = values
+    with pytest.raises(training.UsageError, match=f"^train {message}"):
+        check_encoded(datasets.DatasetDict({"train": datasets.Dataset.from_dict(columns)}), tiny_config())
+
+
 # ---------------------------------------------------------------------------------------- tokenizers and tasks
 
 

@@ -70,6 +70,7 @@ from modeling_ndr.training import (
 from modeling_ndr.training.adaptive import export_summary
 from modeling_ndr.training.atomic import check_replaceable
 from modeling_ndr.training.checkpoints import saves_optimizer_states
+from modeling_ndr.training.data import check_encoded
 from modeling_ndr.training.export import EXPORT_FILES
 from modeling_ndr.training.locking import lock_output_dir
 from modeling_ndr.training.schedules import PonderWeightSchedule
@@ -145,6 +146,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         else:
             warn_unknown_words(raw, tokenizer)
         data = encode(raw, tokenizer, model.config.label2id, sources)
+        check_encoded(data, model.config, sources)  # a training step on a GPU checks no input values
     with training_args.main_process_first(desc="load the evaluate metric"):
         depth_accuracy = load_depth_accuracy()
     logger.info("model: %s parameters, config %s", f"{model.num_parameters():,}", model.config.to_diff_dict())

@@ -341,6 +341,54 @@ def encode(
     return encoded
 
 
+def check_encoded(data: datasets.DatasetDict, config, sources: dict[str, str] | None = None) -> None:
+    """Check the encoded splits before the first step, because a training step on a GPU does not check its inputs'
+    values (`modeling_ndr.modeling_ndr.may_read_values`): there a wrong id fails the step with a device-side assert,
+    or trains on nonsense, instead of naming the row. Every token id is in `[0, config.vocab_size)`, every
+    `attention_mask` holds only 0 and 1 and at least one 1, and every label is in `[0, config.num_labels)`. The
+    tokenizer and the label lookup make such data by construction (the paper's tasks, your own data read by
+    `prepare_own_data`); this checks it (pyarrow on whole columns: seconds for a million rows) instead of trusting it.
+
+    Args:
+        data: encoded splits (`input_ids`, `attention_mask`, `labels`).
+        config: the model's `NDRConfig`.
+        sources: the words that name each split in an error (a `Source` also finds the line).
+
+    Raises:
+        UsageError: naming the split, the row, the column and the value.
+    """
+    for split, dataset in data.items():
+        source = (sources or {}).get(split, split)
+        columns = dataset.column_names
+        ranges = {"input_ids": config.vocab_size, "attention_mask": 2}  # values in [0, n)
+        if "labels" in columns and pa.types.is_integer(_column_values(dataset, "labels").type):
+            ranges["labels"] = config.num_labels
+        for column, size in ranges.items():
+            if column not in columns:
+                continue
+            values = _column_values(dataset, column)
+            nested = pa.types.is_list(values.type) or pa.types.is_large_list(values.type)
+            flat = pc.list_flatten(values) if nested else values
+            if (index := _first(pc.or_(pc.less(flat, 0), pc.greater_equal(flat, size)))) >= 0:
+                row = pc.list_parent_indices(values)[index].as_py() if nested else index
+                expected = {"input_ids": f"the model's vocab_size={size} token ids (0 to {size - 1})",
+                            "attention_mask": "0 (padding) and 1 (token)",
+                            "labels": f"the model's num_labels={size} classes (0 to {size - 1})"}[column]  # fmt: skip
+                raise UsageError(f"{_where(source, row)}: column {column!r} holds {flat[index].as_py()}, outside "
+                                 f"{expected}")  # fmt: skip
+        if "attention_mask" in columns:
+            mask = _column_values(dataset, "attention_mask").combine_chunks()
+            rows_with_a_token = pc.unique(pc.filter(pc.list_parent_indices(mask), pc.equal(pc.list_flatten(mask), 1)))
+            no_token = pc.invert(pc.is_in(pa.array(range(len(mask)), pa.int64()), value_set=rows_with_a_token))
+            if (row := _first(no_token)) >= 0:
+                raise UsageError(f"{_where(source, row)}: column 'attention_mask' holds no token (no 1)")
+
+
+def _where(source, row: int) -> str:
+    """`SOURCE line 7` (a file) or `SPLIT row 7`."""
+    return f"{source} {source.where(row) if isinstance(source, Source) else f'row {row}'}"
+
+
 def warn_long_texts(data: datasets.DatasetDict, max_length: int, sources: dict[str, str]) -> None:
     """Log, for each split, how many of its encoded texts are longer than `max_length` tokens, and where the first is.
 
