@@ -66,6 +66,45 @@ def test_compiled_training_step_matches_eager():
         torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+# (batch, length) pairs over batches 1-512 and lengths 10-200; batch 1 comes first and again last
+GEOMETRIC_SIZES = [(1, 10), (3, 37), (512, 12), (2, 200), (64, 50), (1, 100)]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_geometric_attention_compiles_to_at_most_two_graphs_for_every_length_and_batch(backend, monkeypatch):
+    """The PyTorch path of geometric attention (the one CUDA runs; `NDR_GEOMETRIC_KERNEL=torch` keeps the CPU kernel
+    out), compiled with `dynamic=True`, forward and backward: no graph break, and two graphs in all, because PyTorch
+    gives batch 1 a graph of its own (it specialises every dimension of size 1); every other batch size and every
+    length share the second. aot_eager traces what inductor is given (dynamo's and AOTAutograd's guards) in seconds;
+    inductor itself, which may add guards of its own, takes minutes on two cores (`-m slow`)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch._dynamo.utils import counters
+
+    from modeling_ndr.attention_ndr import attention
+
+    monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", "torch")
+    torch._dynamo.reset()
+    counters.clear()
+    counter = CompileCounterWithBackend(backend)
+
+    def geometric(query, key, value, mask, left, right):
+        return attention(query, key, value, mask, "geometric", left, right)[0]
+
+    compiled = torch.compile(geometric, backend=counter, dynamic=True)
+    for batch_size, length in GEOMETRIC_SIZES:
+        generator = torch.Generator().manual_seed(length)
+        inputs = [torch.randn(batch_size, 2, length, 4, generator=generator, requires_grad=True) for _ in range(3)]
+        mask = torch.ones(batch_size, length, dtype=torch.long)
+        mask[0, length // 2 :] = 0
+        inputs += [mask] + [torch.randn(batch_size, 2, length, generator=generator) for _ in range(2)]
+        output = compiled(*inputs)
+        output.sum().backward()
+        if (batch_size, length) == (3, 37):
+            torch.testing.assert_close(output, geometric(*inputs), msg="the compiled path computes what eager does")
+    assert not counters["graph_break"], f"graph breaks: {dict(counters['graph_break'])}"
+    assert counter.frame_count <= 2, f"{counter.frame_count} graphs for {GEOMETRIC_SIZES}: it recompiles"
+
+
 def test_train_py_with_torch_compile_trains_and_exports(tmp_path):
     command = [sys.executable, str(REPO / "training" / "train.py"), "--preset", "ctl_cpu", "--torch_compile", "true",
                "--output_dir", str(tmp_path / "run"), "--n_train", "200", "--n_eval", "16", "--hidden_size", "16",
