@@ -2,6 +2,7 @@
 any HF import: every hub id resolves from a private offline cache that the tests build themselves."""
 
 import os
+import sys
 import tempfile
 
 
@@ -16,6 +17,10 @@ import torch  # noqa: E402
 
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# tests/fake_cuda/ runs on simulated CUDA, which needs torch to know a CUDA device from its import on: a CUDA build
+# does; a CPU-only one does in the process that tests/test_simulated_cuda.py starts (fake_cuda_preload loaded first)
+if not (torch.backends.cuda.is_built() or "fake_cuda_preload" in sys.modules):
+    collect_ignore = ["fake_cuda"]
 # Without a GPU, Triton kernels (modeling_ndr.geometric_ndr_triton) run in Triton's interpreter, on CPU tensors. Triton
 # reads this when a kernel is defined, which is when that module is first imported: after this file.
 if not torch.cuda.is_available():
