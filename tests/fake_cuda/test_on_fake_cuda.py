@@ -39,7 +39,7 @@ def fake_cuda():
 def adamw(model) -> torch.optim.AdamW:
     """The presets' optimizer (`adamw_torch`) as a GPU runs it: `foreach`, which it picks for CUDA parameters by
     itself but not for fake ones."""
-    return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, foreach=True)
 
 
 def training_step(model, batch: dict, optimizer) -> torch.Tensor:
