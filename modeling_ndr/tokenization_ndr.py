@@ -1,7 +1,8 @@
 """Word-level tokenizers for the tasks: one id per space-separated token, wrapped as `[BOS] ... [EOS]`.
 
-The ids of the special tokens are fixed (`[PAD]` 0, `[UNK]` 1, `[BOS]` 2, `[EOS]` 3) so that every tokenizer made
-here agrees with the model config's `pad_token_id` / `bos_token_id` / `eos_token_id`. The tokenizer is a
+`build_tokenizer` fixes the ids of the special tokens (`[PAD]` 0, `[UNK]` 1, `[BOS]` 2, `[EOS]` 3) so that every
+tokenizer it makes agrees with the model config's default `pad_token_id` / `bos_token_id` / `eos_token_id`;
+`word_level_tokenizer` takes every id from a vocabulary (a converted official model keeps its own). The tokenizer is a
 `tokenizers` `WordLevel` model with a `WhitespaceSplit` pre-tokenizer and a `TemplateProcessing` post-processor,
 wrapped as a `PreTrainedTokenizerFast` that saves and loads with `save_pretrained` / `AutoTokenizer`. It returns
 only `input_ids` and `attention_mask` (no `token_type_ids`), which is what the model's `forward` takes.
@@ -11,7 +12,7 @@ import json
 import os
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 
@@ -85,13 +86,42 @@ def build_tokenizer(
         if not token or any(character.isspace() for character in token):
             raise ValueError(f"vocabulary tokens must be non-empty and contain no whitespace, got {token!r}")
     vocab = {token: index for index, token in enumerate((*SPECIAL_TOKENS, *tokens))}
+    return word_level_tokenizer(vocab, model_max_length)
 
+
+def word_level_tokenizer(
+    vocab: dict[str, int],
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+    split_punctuation: bool = False,
+    add_bos: bool = True,
+    add_eos: bool = True,
+) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer with the ids of `vocab` (`build_tokenizer` chooses them for you).
+
+    Args:
+        vocab (`dict[str, int]`): every token and its id, `[PAD]`, `[UNK]`, `[BOS]` and `[EOS]` included, anywhere
+            (a model converted from the official code keeps its ids: `training/convert_official_checkpoint.py`).
+        model_max_length (`int`, *optional*, defaults to 512): the length at which `truncation=True` cuts.
+        split_punctuation (`bool`, *optional*, defaults to `False`): also split words at punctuation, as the
+            official code's vocabulary does (`\\w+|[^\\w\\s]`: `(3+4)` is five tokens); by default only at whitespace.
+        add_bos (`bool`, *optional*, defaults to `True`): start every encoding with `[BOS]`.
+        add_eos (`bool`, *optional*, defaults to `True`): end every encoding (and each part of a pair) with `[EOS]`.
+
+    Returns:
+        `PreTrainedTokenizerFast`; unknown tokens map to `[UNK]`.
+    """
+    if missing := [token for token in SPECIAL_TOKENS if token not in vocab]:
+        raise ValueError(f"vocab needs the special tokens {SPECIAL_TOKENS}; {missing} are missing")
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if split_punctuation:
+        words = pre_tokenizers.Split(Regex(r"\w+|[^\w\s]"), behavior="isolated")
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), words])
+    bos, eos = (f"{BOS_TOKEN} " if add_bos else ""), (f" {EOS_TOKEN}" if add_eos else "")
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{BOS_TOKEN} $A {EOS_TOKEN}",
-        pair=f"{BOS_TOKEN} $A {EOS_TOKEN} $B:1 {EOS_TOKEN}:1",
-        special_tokens=[(BOS_TOKEN, BOS_TOKEN_ID), (EOS_TOKEN, EOS_TOKEN_ID)],
+        single=f"{bos}$A{eos}",
+        pair=f"{bos}$A{eos} $B:1{eos}:1",
+        special_tokens=[(BOS_TOKEN, vocab[BOS_TOKEN]), (EOS_TOKEN, vocab[EOS_TOKEN])],
     )
     return NDRTokenizerFast(
         tokenizer_object=tokenizer,
