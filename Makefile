@@ -13,8 +13,8 @@ NPROC ?= 2
 DEMO_ARGS ?=
 
 .PHONY: help compare release push-release setup demo demo-backward demo-backward-long demo-forward-long \
-	demo-backward-bos demo-backward-first example-finetune test test-slow test-gpu lint format bench datasets clean \
-	docs docs-serve space screenshot gpu-release release-continue
+	demo-backward-bos demo-backward-first example-finetune test test-slow test-gpu test-image-versions lint format \
+	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue
 
 setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
 
@@ -95,8 +95,38 @@ test-slow: $(STAMP) ## the opt-in long tests (-m slow)
 test-gpu: $(STAMP) ## the CUDA tests (-m gpu; skipped without a GPU, NDR_TEST_DEVICE=cpu runs tests/test_gpu.py on the CPU)
 	$(BIN)/python -m pytest -q -m gpu
 
+# The GPU image's library versions (docs/clusters.md#the-gpu-image), tried on this CPU: make test in a second
+# virtualenv, .venv-image/, with the image's pins. Two differences, as this machine allows: torch 2.13.0's CPU build
+# (PyPI has torch 2.11.0 only as the CUDA 13 build, with GBs of nvidia-* wheels) and this machine's Python 3.11, where
+# numpy 2.5 does not install (it needs 3.12): numpy 2.4.6. About 15 minutes of two cores.
+IMAGE_VENV := .venv-image
+IMAGE_PINS := torch==2.13.0 transformers==5.17.0 accelerate==1.15.0 huggingface_hub==1.33.0 safetensors==0.8.0 \
+	tokenizers==0.23.2 triton==3.6.0 numpy==2.4.6 datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19
+test-image-versions: ## make test with the GPU image's library versions, in .venv-image/ (~15 min)
+	test -x $(IMAGE_VENV)/bin/python || $(PYTHON) -m venv $(IMAGE_VENV)
+	$(IMAGE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(IMAGE_VENV)/bin/python -m pip install --quiet $(IMAGE_PINS) -e ".[test,train]"
+	touch $(IMAGE_VENV)/.installed
+	$(IMAGE_VENV)/bin/python -m pip freeze --exclude-editable > $(IMAGE_VENV)/versions.txt
+	@# make test's suite, its own make calls on .venv-image too (VENV); not its lint (ruff is pinned: the same here).
+	@# Its own build folder for the CPU kernel: one shared with .venv would be rebuilt at each switch (other includes)
+	TORCH_EXTENSIONS_DIR=$(CURDIR)/$(IMAGE_VENV)/torch_extensions $(MAKE) -o lint test VENV=$(IMAGE_VENV)
+
 bench: $(STAMP) ## the benchmarks (benchmarks/run_all.py)
 	$(BIN)/python benchmarks/run_all.py
+
+# a GPU's half hour (docs/clusters.md): on a CUDA machine with no network, with its own python (no make setup), the
+# wheels of .whl/ it lacks (../shared/gpu/fetch_wheels.sh), the CUDA tests, the GPU benchmarks and make gpu-release of
+# the release furthest from its target, each step time-boxed; OUT gets at most 8 files of at most 16 MiB.
+# NO_CUDA=1: the dry run on the CPU (tiny sizes; a tiny preset through GPU_RELEASE_ARGS)
+OUT ?= outputs/gpu_session_out
+NO_CUDA ?=
+GPU_SESSION_ARGS ?=
+# MINUTES from the command line or the environment; else 25 (the release targets' default is theirs)
+SESSION_MINUTES = $(if $(filter file,$(origin MINUTES)),25,$(MINUTES))
+gpu-session: ## a GPU's half hour: CUDA tests, GPU benchmarks, the release furthest from its target, into OUT
+	$(PYTHON) training/gpu_session.py --out $(OUT) --minutes $(SESSION_MINUTES) --release_args '$(GPU_RELEASE_ARGS)' \
+	    $(if $(NO_CUDA),--dry_run) $(GPU_SESSION_ARGS)
 
 # the dataset repositories in hub_cards/datasets/ (parquet splits + cards); about 3 minutes (ListOps' 1M-row train)
 datasets: $(STAMP) ## the dataset repositories in hub_cards/datasets/ (~3 min)

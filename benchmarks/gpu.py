@@ -290,7 +290,7 @@ def main(argv=None) -> dict | None:
     if device.type == "cuda" and not torch.cuda.is_available():
         print(NO_CUDA)
         return None
-    seqs = [int(n) for n in args.seq.split(",")]
+    seqs = [int(n) for n in args.seq.split(",") if n]  # --seq "": the training step alone
     batch, heads, head_size = (args.batch, args.heads, args.head_size) if not args.tiny else (2, 2, 8)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({machine()['cpu']})"
     header = f"{name}, torch {torch.__version__}, bf16 autocast" + (" (tiny sizes: not a measurement)" * args.tiny)

@@ -1,0 +1,190 @@
+"""`make gpu-session` (training/gpu_session.py): which release it continues, how it keeps to its budget whatever a
+step does, how it packs what it keeps into at most 8 files of at most 16 MiB, and its dry run on the CPU end to end
+(the same steps at tiny sizes, a tiny preset in place of the GPU one, temporary folders in place of hub_cards/models/).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+from scripts import REPO, load_script
+
+
+session = load_script("training/gpu_session.py")
+MIB = 2**20
+
+
+def write_release(models: Path, task: str, ood_test: float | None) -> Path:
+    folder = models / f"ndr-{task}"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    if ood_test is not None:
+        (folder / "eval_results.json").write_text(json.dumps({"ood_test": {"accuracy": ood_test}}))
+    return folder
+
+
+def wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel of a package `name` (an empty module)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{file},,\n" for file in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as archive:
+        for file, text in files.items():
+            archive.writestr(file, text)
+    return path
+
+
+def tar_members(out: Path, name: str) -> dict[str, bytes]:
+    """The files of the tar `name` in `out`, joined from its parts if it was split."""
+    parts = sorted(out.glob(f"{name}.part-*")) or [out / name]
+    joined = out.parent / f"joined-{name}"
+    joined.write_bytes(b"".join(part.read_bytes() for part in parts))
+    with tarfile.open(joined) as tar:
+        return {member.name: tar.extractfile(member).read() for member in tar.getmembers() if member.isfile()}
+
+
+def test_the_release_furthest_below_its_ood_test_target_is_continued(tmp_path):
+    write_release(tmp_path, "ctl-forward", 0.995)  # above its 0.99
+    write_release(tmp_path, "ctl-backward", 0.7)  # 0.29 below
+    write_release(tmp_path, "arithmetic", 0.465)  # 0.485 below its 0.95
+    write_release(tmp_path, "listops", 0.5)  # 0.40 below its 0.90
+    task, gaps = session.furthest_release(str(tmp_path))
+    assert task == "arithmetic", f"arithmetic is furthest from its target: {gaps}"
+    assert gaps == pytest.approx({"ctl-forward": -0.005, "ctl-backward": 0.29, "arithmetic": 0.485, "listops": 0.4})
+
+
+def test_a_release_without_results_counts_as_untrained(tmp_path):
+    for task in ("ctl-forward", "ctl-backward", "arithmetic"):
+        write_release(tmp_path, task, 0.5)
+    write_release(tmp_path, "listops", None)
+    assert session.furthest_release(str(tmp_path))[0] == "listops", "no eval_results.json: as far as can be"
+
+
+def test_no_release_is_continued_once_every_one_has_reached_its_target(tmp_path):
+    for task, target in session.TARGETS.items():
+        write_release(tmp_path, task, target)
+    assert session.furthest_release(str(tmp_path))[0] is None, "a release at its target needs no more training"
+
+
+def test_the_targets_name_every_release_of_make_gpu_release():
+    releases = load_script("hub_cards/make_model_repos.py").GPU_RELEASES
+    assert set(session.TARGETS) == set(releases), "every GPU release has a target, and only they"
+
+
+def test_a_step_past_its_time_limit_is_stopped(tmp_path):
+    command = [sys.executable, "-c", "import time; time.sleep(60)"]
+    result = session.run_step("hang", command, str(tmp_path / "hang.log"), limit=1, grace=2)
+    assert result["status"] == "timed out", result
+    assert result["seconds"] < 10, "stopped at its limit (plus the grace period), not after the sleep"
+
+
+def test_a_release_larger_than_a_file_is_split_into_parts_that_join_to_it(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "logs").mkdir(parents=True)
+    (work / "logs" / "tests.log").write_text("3 passed")
+    out.mkdir()
+    release = write_release(tmp_path / "models", "listops", 0.5)
+    (release / "last-checkpoint").mkdir()
+    optimizer = os.urandom(20 * MIB)
+    (release / "last-checkpoint" / "optimizer.pt").write_bytes(optimizer)
+    packed = session.pack(str(out), str(work), str(release))
+    names = ["session.tar.gz", "release-ndr-listops.tar.part-00", "release-ndr-listops.tar.part-01"]
+    assert packed["files"] == [*names, "session.json"] and not packed["left_out"], packed
+    assert sorted(os.listdir(out)) == sorted(names)
+    assert max((out / name).stat().st_size for name in names) <= 16 * MIB
+    members = tar_members(out, "release-ndr-listops.tar")
+    assert members["ndr-listops/last-checkpoint/optimizer.pt"] == optimizer, "the parts join to the release's tar"
+    assert tar_members(out, "session.tar.gz")["session/logs/tests.log"] == b"3 passed"
+
+
+def test_a_release_that_does_not_fit_is_packed_without_its_last_checkpoint(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    release = write_release(tmp_path / "models", "listops", 0.5)
+    (release / "last-checkpoint").mkdir()
+    (release / "last-checkpoint" / "optimizer.pt").write_bytes(os.urandom(20 * MIB))
+    packed = session.pack(str(out), str(work), str(release), max_files=3)  # 2 parts + session.* would be 4
+    assert packed["files"] == ["session.tar.gz", "release-ndr-listops.tar", "session.json"], packed
+    assert "ndr-listops/last-checkpoint/" in packed["left_out"][0]
+    assert set(tar_members(out, "release-ndr-listops.tar")) == {
+        "ndr-listops/config.json",
+        "ndr-listops/eval_results.json",
+    }, "the release's small files still come back"
+
+
+def test_the_session_ends_within_its_budget_whatever_a_step_does(tmp_path, monkeypatch):
+    """The steps' commands are faked (a failing test run, a release that writes a 20 MiB checkpoint and hangs); the
+    orchestration, the time limits and the packing are the real ones."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    models = tmp_path / "models"
+    for task, ood_test in (("ctl-forward", 1.0), ("ctl-backward", 1.0), ("arithmetic", 0.9), ("listops", 0.2)):
+        write_release(models, task, ood_test)
+    checkpoint = models / "ndr-listops" / "last-checkpoint"
+    hang = "import os, sys, time; os.makedirs(sys.argv[1]); open(sys.argv[2], 'wb').write(os.urandom(20 << 20)); "
+    hang += "time.sleep(600)"
+    fakes = {
+        "tests": lambda argv: [sys.executable, "-c", "raise SystemExit(1)"],
+        "attention": lambda argv: [sys.executable, "-c", "print('measured')"],
+        "training_step": lambda argv: [sys.executable, "-c", "print('measured')"],
+        "release": lambda argv: [sys.executable, "-c", hang, str(checkpoint), str(checkpoint / "optimizer.pt")],
+    }
+    args = types.SimpleNamespace(out=str(tmp_path / "out"), work_dir=str(tmp_path / "work"), minutes=0.35,
+                                 release_args=f"--models_dir {models}", task=None, steps=list(session.SHARES),
+                                 wheels=str(tmp_path / "no-wheels"), dry_run=True)  # fmt: skip
+    record = session.run_session(args, fakes)
+    statuses = {step["name"]: step["status"] for step in record["steps"]}
+    assert statuses == {"install": "nothing to do", "tests": "failed", "attention": "passed",
+                        "training_step": "passed", "release": "timed out"}, record["steps"]  # fmt: skip
+    assert record["within_budget"] and record["seconds"] <= 21, f"{record['seconds']} s of a 21 s budget"
+    out = Path(args.out)
+    assert len(os.listdir(out)) <= 8 and max(f.stat().st_size for f in out.iterdir()) <= 16 * MIB
+    assert "ndr-listops/last-checkpoint/optimizer.pt" in tar_members(out, "release-ndr-listops.tar"), "kept"
+    assert json.loads((out / "session.json").read_text())["steps"] == record["steps"]
+
+
+def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(tmp_path):
+    models = tmp_path / "models"
+    for task, ood_test in (("ctl-forward", 0.5), ("ctl-backward", 0.995), ("arithmetic", 0.96), ("listops", 0.85)):
+        write_release(models, task, ood_test)  # ctl-forward is furthest from its target (0.49 below)
+    wheels = tmp_path / "whl"
+    wheel(wheels, "ndr_session_probe", "0.1")
+    present = wheel(wheels, "numpy", "0.0.1")  # numpy is installed: the image's is kept, this one never installed
+    out, work = tmp_path / "out", tmp_path / "work"
+    release_args = f"--preset tiny_gpu_release_test --outputs_dir {tmp_path / 'outputs'} --models_dir {models}"
+    result = subprocess.run(
+        ["make", "--no-print-directory", "gpu-session", f"OUT={out}", "MINUTES=8", "NO_CUDA=1",
+         f"PYTHON={sys.executable}", f"GPU_RELEASE_ARGS={release_args}",
+         f"GPU_SESSION_ARGS=--work_dir {work} --wheels {wheels}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    record = json.loads((out / "session.json").read_text())
+    steps = {step["name"]: step for step in record["steps"]}
+    assert [step["status"] for step in record["steps"]] == ["passed"] * 5, output[-4000:]
+    assert steps["install"]["installed"] == ["ndr_session_probe-0.1-py3-none-any.whl"]
+    assert steps["install"]["already_installed"] == [present.name]
+    assert steps["release"]["task"] == "ctl-forward", steps["release"]
+    assert record["within_budget"] and record["seconds"] <= 480
+    files = sorted(out.iterdir())
+    assert len(files) <= 8 and max(f.stat().st_size for f in files) <= 16 * MIB, files
+    kept = tar_members(out, "session.tar.gz")
+    for name in ("tests/junit.xml", "bench/attention.json", "bench/training_step.json", "logs/release.log"):
+        assert f"session/{name}" in kept, f"{name} comes back: {sorted(kept)}"
+    release = models / "ndr-ctl-forward"
+    released = {f"ndr-ctl-forward/{path.relative_to(release)}" for path in release.rglob("*") if path.is_file()}
+    assert "ndr-ctl-forward/model.safetensors" in released, "make gpu-release wrote the release"
+    assert set(tar_members(out, "release-ndr-ctl-forward.tar")) == released, "all of the release comes back"

@@ -1,0 +1,410 @@
+"""A GPU's half hour in one command (`make gpu-session OUT=<folder> MINUTES=25`; docs/clusters.md).
+
+    python training/gpu_session.py --out OUT --minutes 25 [--release_args "..."] [--steps tests,attention]
+    python training/gpu_session.py --out OUT --minutes 4 --dry_run --release_args "--preset tiny_gpu_release_test ..."
+
+On a fresh CUDA machine with no network and the image's python (no virtualenv), within `--minutes` of wall clock:
+
+1. `install`: the wheels of `.whl/` (`../shared/gpu/fetch_wheels.sh`) whose distributions the image lacks, into
+   `<work_dir>/site`, which the later steps find on `PYTHONPATH` (with the checkout: `modeling_ndr` is not installed);
+2. `tests`: the CUDA tests (`pytest -m gpu`, what `make test-gpu` runs), kept as JUnit XML and as text;
+3. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 50, 200, 512);
+4. `training_step`: `benchmarks/gpu.py`'s training step of the GPU presets, eager against `torch.compile`;
+5. `release`: `make gpu-release TASK=<task> MINUTES=<the minutes left>` for the release furthest below its ood_test
+   target (`furthest_release`), with `--release_args` as its `GPU_RELEASE_ARGS`.
+
+Each step has a time limit, its share of the budget or what is left (`Budget`); a step past it is stopped (SIGTERM to
+its process group, SIGKILL after a grace period) and a failed or stopped step does not stop the next. After every step
+the results are packed into OUT (`pack`), because the machines this runs on may hand back only at most 8 files of at
+most 16 MiB (64 MiB in all): `session.json` (each step's status, time and limit; the environment; what was packed),
+`session.tar.gz` (logs, test report, benchmark JSON) and `release-ndr-<task>.tar` with the released folder and its
+`last-checkpoint/` (split into `.part-NN` files of 16 MiB where larger: `cat release-*.tar.part-* | tar -x`).
+
+`--dry_run` (`make gpu-session NO_CUDA=1`) hides CUDA and runs the same steps, sized for the CPU: the CUDA tests of
+`tests/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
+tiny preset through `--release_args`).
+"""
+
+import argparse
+import dataclasses
+import datetime
+import importlib.metadata
+import importlib.util
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 2**20
+# what the machines may hand back
+MAX_FILES, MAX_FILE_BYTES, MAX_TOTAL_BYTES = 8, 16 * MIB, 64 * MIB
+# the ood_test accuracy each GPU release is trained towards (make gpu-release TASK=<task>: hub_cards/models/ndr-<task>)
+TARGETS = {"ctl-forward": 0.99, "ctl-backward": 0.99, "arithmetic": 0.95, "listops": 0.90}
+# each step's share of the budget (its time limit, unless less is left); the release gets whatever is left
+SHARES = {"install": 0.1, "tests": 0.3, "attention": 0.1, "training_step": 0.2, "release": 1.0}
+MIN_STEP_SECONDS = 5  # a step that would get less is skipped
+MIN_LIMIT_SECONDS = 60  # a step's share is at least this (where it is left): starting Python and torch takes seconds
+RELEASE_EVALUATION_SECONDS = 120  # kept from the release's training minutes for its evaluation and export
+DRY_RUN_RELEASE_MINUTES = 0.2
+PACKAGES = ("torch", "triton", "transformers", "accelerate", "huggingface_hub", "safetensors", "tokenizers",
+            "datasets", "evaluate", "numpy", "pandas", "pyarrow", "pytest")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------- which release, budget
+
+
+def ood_test_accuracy(release_dir: str) -> float | None:
+    """The release's measured ood_test accuracy (`eval_results.json`), None if it has none."""
+    path = os.path.join(release_dir, "eval_results.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("ood_test", {}).get("accuracy")
+
+
+def furthest_release(models_dir: str, targets: dict[str, float] = TARGETS) -> tuple[str | None, dict[str, float]]:
+    """The task whose release (`<models_dir>/ndr-<task>/`) is furthest below its ood_test target, and every task's
+    distance to it (target minus accuracy; a release without results counts as accuracy 0). None when every release
+    has reached its target."""
+    gaps = {}
+    for task, target in targets.items():
+        accuracy = ood_test_accuracy(os.path.join(models_dir, f"ndr-{task}"))
+        gaps[task] = round(target - (accuracy or 0.0), 6)
+    task = max(gaps, key=gaps.get)
+    return (task if gaps[task] > 0 else None), gaps
+
+
+@dataclasses.dataclass
+class Budget:
+    """The session's wall clock: `reserve` seconds at the end are kept for stopping a step and packing."""
+
+    seconds: float
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def reserve(self) -> float:
+        return min(60.0, max(10.0, 0.05 * self.seconds))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def left(self) -> float:
+        """Seconds the steps may still use."""
+        return self.seconds - self.reserve - self.elapsed()
+
+    def limit(self, share: float) -> float:
+        """A step's time limit: its share of the whole budget (at least `MIN_LIMIT_SECONDS`), or what is left if
+        that is less."""
+        return max(0.0, min(max(share * self.seconds, MIN_LIMIT_SECONDS), self.left()))
+
+
+# --------------------------------------------------------------------------------------------------------- steps
+
+
+def run_step(name: str, command: list[str], log_path: str, limit: float, grace: float, **popen_kwargs) -> dict:
+    """Run `command` with its output in `log_path`; past `limit` seconds its process group gets SIGTERM (a training
+    run saves a checkpoint then), and SIGKILL `grace` seconds later."""
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        log.write(f"$ {shlex.join(command)}\n")
+        log.flush()
+        try:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                       **popen_kwargs)  # fmt: skip
+        except OSError as error:
+            log.write(f"{error}\n")
+            return dict(name=name, status="failed", returncode=None, seconds=0.0, limit_seconds=round(limit, 1))
+        try:
+            returncode = process.wait(timeout=limit)
+            status = "passed" if returncode == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            status = "timed out"
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            returncode = process.returncode
+    seconds = round(time.monotonic() - started, 1)
+    return dict(name=name, status=status, returncode=returncode, seconds=seconds, limit_seconds=round(limit, 1))
+
+
+def wheel_distribution(file_name: str) -> str:
+    """The distribution a wheel file holds (`datasets-5.2.0-py3-none-any.whl` -> `datasets`)."""
+    return re.sub(r"[-_.]+", "-", file_name.split("-")[0]).lower()
+
+
+def missing_wheels(wheels_dir: str) -> tuple[list[str], list[str]]:
+    """The wheels of `wheels_dir` whose distribution is not installed, and those that are (kept as installed)."""
+    missing, present = [], []
+    for wheel in sorted(f for f in os.listdir(wheels_dir) if f.endswith(".whl")) if os.path.isdir(wheels_dir) else []:
+        try:
+            importlib.metadata.version(wheel_distribution(wheel))
+            present.append(wheel)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(wheel)
+    return missing, present
+
+
+@dataclasses.dataclass
+class Step:
+    name: str
+    # the command, given the step's time limit in seconds; None: nothing to do
+    command: Callable[[float], list[str] | None]
+    note: dict = dataclasses.field(default_factory=dict)
+
+
+def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
+    python = sys.executable
+    gpu_bench = [python, os.path.join("benchmarks", "gpu.py")]
+    tiny = ["--device", "cpu", "--tiny", "--compile-backend", "eager", "--repeats", "1"] if args.dry_run else []
+    notes = {name: {} for name in SHARES}
+
+    def install(limit):
+        missing, present = missing_wheels(args.wheels)
+        notes["install"].update(wheels=args.wheels, installed=missing, already_installed=present)
+        if not missing:
+            return None
+        return [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target", site,
+                *(os.path.join(args.wheels, wheel) for wheel in missing)]  # fmt: skip
+
+    def tests(limit):
+        report = os.path.join(work, "tests", "junit.xml")
+        command = [python, "-m", "pytest", "-q", "-m", "gpu", "-rfEs", "-p", "no:cacheprovider",
+                   "--continue-on-collection-errors", f"--junitxml={report}"]  # fmt: skip
+        if importlib.util.find_spec("pytest_timeout"):  # one hanging test does not take the others' time
+            command.append(f"--timeout={max(60, int(limit / 3))}")
+        return command + (["tests/test_gpu.py"] if args.dry_run else [])
+
+    def attention(limit):
+        sizes = ["--seq", "13"] if args.dry_run else []
+        return gpu_bench + tiny + sizes + ["--presets", "", "--json", os.path.join(work, "bench", "attention.json")]
+
+    def training_step(limit):
+        presets = ["--presets", "ctl_gpu"] if args.dry_run else []
+        return gpu_bench + tiny + presets + ["--seq", "", "--json", os.path.join(work, "bench", "training_step.json")]
+
+    def release(limit):
+        if not (has_cuda or args.dry_run):
+            notes["release"]["skipped"] = "no CUDA device: the GPU presets are not trained on a CPU"
+            return None
+        release_args = shlex.split(args.release_args)
+        models_dir = argparse.ArgumentParser(add_help=False)
+        models_dir.add_argument("--models_dir", default=os.path.join(REPO, "hub_cards", "models"))
+        models_dir = models_dir.parse_known_args(release_args)[0].models_dir
+        task, gaps = (args.task, None) if args.task else furthest_release(models_dir)
+        notes["release"].update(task=task, ood_test_gap_to_target=gaps, folder=task and f"{models_dir}/ndr-{task}")
+        if task is None:
+            notes["release"]["skipped"] = "every release has reached its ood_test target"
+            return None
+        minutes = max(0.0, limit - min(RELEASE_EVALUATION_SECONDS, 0.3 * limit)) / 60
+        minutes = min(minutes, DRY_RUN_RELEASE_MINUTES) if args.dry_run else minutes
+        notes["release"]["minutes"] = round(minutes, 2)
+        bin_dir = os.path.dirname(python)
+        # the image's python, not make setup's .venv (-o: its stamp counts as made)
+        return ["make", "--no-print-directory", "-o", os.path.join(".venv", ".installed"), "gpu-release",
+                f"TASK={task}", f"MINUTES={minutes:.2f}", f"GPU_RELEASE_ARGS={args.release_args}",
+                f"BIN={bin_dir}", f"PYTHON={python}"]  # fmt: skip
+
+    commands = dict(install=install, tests=tests, attention=attention, training_step=training_step, release=release)
+    return [Step(name, commands[name], notes[name]) for name in args.steps]
+
+
+# --------------------------------------------------------------------------------------------------------- packing
+
+
+def _move_in_parts(source: str, out: str, name: str, file_bytes: int) -> list[str]:
+    """Move `source` into `out` as `name`, or as `name.part-00`, `name.part-01`, ... of at most `file_bytes` each."""
+    if os.path.getsize(source) <= file_bytes:
+        shutil.move(source, os.path.join(out, name))
+        return [name]
+    parts = []
+    with open(source, "rb") as f:
+        for index in itertools.count():
+            chunk = f.read(file_bytes)
+            if not chunk:
+                break
+            parts.append(f"{name}.part-{index:02d}")
+            with open(os.path.join(out, parts[-1]), "wb") as part:
+                part.write(chunk)
+    os.remove(source)
+    return parts
+
+
+def _tar(path: str, folder: str, arcname: str, compress: bool, exclude: Callable[[str], object] | None) -> str:
+    with tarfile.open(path, "w:gz" if compress else "w") as tar:
+        tar.add(folder, arcname=arcname, filter=lambda info: None if exclude and exclude(info.name) else info)
+    return path
+
+
+def pack(
+    out: str,
+    work: str,
+    release_dir: str | None,
+    max_files: int = MAX_FILES,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_total: int = MAX_TOTAL_BYTES,
+) -> dict:
+    """Write what the session keeps into `out` (emptied first: it holds only what this session packed), within the
+    limits, keeping one file for `session.json`: `session.tar.gz` (everything in `work` but the installed wheels),
+    then the released folder as `release-<name>.tar`, or without its `last-checkpoint/` where the whole does not
+    fit. Returns what it packed and what it left out."""
+    for name in os.listdir(out):
+        os.remove(os.path.join(out, name))
+    scratch = os.path.join(work, ".pack")
+    os.makedirs(scratch, exist_ok=True)
+    excluded = re.compile(r"^session/(site|\.pack)(/|$)")
+    session = _tar(os.path.join(scratch, "session.tar.gz"), work, "session", True, excluded.match)
+    files = _move_in_parts(session, out, "session.tar.gz", max_file_bytes)
+    packed = {"files": files, "left_out": []}
+    if release_dir and os.path.isdir(release_dir):
+        name = os.path.basename(os.path.normpath(release_dir))
+        checkpoint = re.compile(rf"^{re.escape(name)}/last-checkpoint(/|$)").match
+        attempts = (
+            (None, f"{name}/last-checkpoint/ (the release with it does not fit: {{:.1f}} MiB)"),
+            (checkpoint, f"{name}/ (it does not fit even without its last-checkpoint/: {{:.1f}} MiB)"),
+        )
+        for exclude, left_out in attempts:
+            tar = _tar(os.path.join(scratch, f"release-{name}.tar"), release_dir, name, False, exclude)
+            size = os.path.getsize(tar)
+            used = sum(os.path.getsize(os.path.join(out, file)) for file in packed["files"])
+            # a file and 1 MiB are kept for session.json
+            if len(packed["files"]) + -(-size // max_file_bytes) + 1 <= max_files and used + size + MIB <= max_total:
+                packed["files"] += _move_in_parts(tar, out, f"release-{name}.tar", max_file_bytes)
+                break
+            os.remove(tar)
+            packed["left_out"].append(left_out.format(size / MIB))
+    elif release_dir:
+        packed["left_out"].append(f"{release_dir} (no such folder)")
+    shutil.rmtree(scratch)
+    packed["files"].append("session.json")
+    return packed
+
+
+# --------------------------------------------------------------------------------------------------------- session
+
+
+def environment(has_cuda: bool) -> dict:
+    """The versions and the device the results depend on."""
+    facts = {"python": sys.version.split()[0], "executable": sys.executable, "cuda_available": has_cuda}
+    for package in PACKAGES:
+        try:
+            facts[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            facts[package] = None
+    try:
+        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30)
+        facts["nvidia_smi"] = smi.stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired) as error:
+        facts["nvidia_smi"] = str(error)
+    return facts
+
+
+def child_environment(site: str, dry_run: bool) -> dict:
+    env = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    paths = [site, REPO] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")  # fmt: skip
+    if dry_run:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None = None) -> dict:
+    """Run the steps within `args.minutes`, packing into `args.out` after each; `fakes` maps a step's name to what
+    runs in place of its command (given the command; the tests fake the long steps). Returns the session record
+    (`session.json`)."""
+    budget = Budget(args.minutes * 60)
+    work, out = os.path.abspath(args.work_dir), os.path.abspath(args.out)
+    if os.path.isdir(out) and os.listdir(out) and not os.path.isfile(os.path.join(out, "session.json")):
+        raise SystemExit(f"gpu_session: {out} is not empty (it holds only what the session packs, emptied first)")
+    if os.path.isdir(work) and os.listdir(work) and not os.path.isfile(os.path.join(work, "environment.json")):
+        raise SystemExit(f"gpu_session: {work} is not a session's work folder (it would be emptied)")
+    shutil.rmtree(work, ignore_errors=True)
+    for folder in (out, os.path.join(work, "logs"), os.path.join(work, "tests"), os.path.join(work, "bench")):
+        os.makedirs(folder, exist_ok=True)
+    site = os.path.join(work, "site")
+    if args.dry_run:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import torch  # (once CUDA is hidden)
+
+    has_cuda = torch.cuda.is_available()
+    record = dict(started=datetime.datetime.now().isoformat(timespec="seconds"), minutes=args.minutes,
+                  dry_run=args.dry_run, command=sys.argv, environment=environment(has_cuda), steps=[])  # fmt: skip
+    with open(os.path.join(work, "environment.json"), "w") as f:
+        json.dump(record["environment"], f, indent=2)
+    env = child_environment(site, args.dry_run)
+    release_dir = None
+    steps = session_steps(args, work, site, has_cuda)
+    for step in steps:
+        limit = budget.limit(SHARES[step.name])
+        result = dict(name=step.name, status="skipped", seconds=0.0, limit_seconds=round(limit, 1))
+        if limit < MIN_STEP_SECONDS:
+            result["reason"] = "no time left"
+        elif (argv := step.command(limit)) is None:
+            result["status"] = "nothing to do"
+        else:
+            argv = fakes[step.name](argv) if step.name in (fakes or {}) else argv
+            print(f"[session] {step.name} (at most {limit:.0f} s): {shlex.join(argv)}", flush=True)
+            log = os.path.join(work, "logs", f"{step.name}.log")
+            result = run_step(step.name, argv, log, limit, budget.reserve / 2, env=env, cwd=REPO)
+            with open(log) as f:
+                tail = f.read().splitlines()[-12:]
+            print("\n".join(f"  | {line}" for line in tail), flush=True)
+        result.update(step.note)
+        record["steps"].append(result)
+        print(f"[session] {step.name}: {result['status']} ({result['seconds']:.0f} s)", flush=True)
+        if step.name == "release" and step.note.get("folder"):
+            release_dir = step.note["folder"]
+        if step is not steps[-1]:  # (the last step's results are packed once, below)
+            save(record, work, out, release_dir, budget)
+    save(record, work, out, release_dir, budget)
+    print(
+        f"[session] {record['seconds']:.0f} s of {budget.seconds:.0f}; {out}: {', '.join(record['packed']['files'])}"
+    )
+    return record
+
+
+def save(record: dict, work: str, out: str, release_dir: str | None, budget: Budget) -> None:
+    """Pack the session so far into `out`, with its record (`session.json`, also in the work folder)."""
+    with open(os.path.join(work, "session.json"), "w") as f:
+        json.dump(record, f, indent=2)
+    record["packed"] = pack(out, work, release_dir)
+    record["seconds"] = round(budget.elapsed(), 1)
+    record["within_budget"] = record["seconds"] <= budget.seconds
+    with open(os.path.join(out, "session.json"), "w") as f:
+        json.dump(record, f, indent=2)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="Where the at most 8 files go (new or empty).")
+    parser.add_argument("--minutes", type=float, default=25.0, help="Wall-clock budget of the whole session.")
+    parser.add_argument("--release_args", default="", help="GPU_RELEASE_ARGS of make gpu-release (one string).")
+    parser.add_argument("--task", default=None, choices=sorted(TARGETS), help="Release to continue (default: the "
+                        "one furthest below its target).")  # fmt: skip
+    parser.add_argument("--steps", default=",".join(SHARES), help="Which steps, comma-separated, in their order.")
+    parser.add_argument("--wheels", default=os.path.join(REPO, ".whl"), help="The wheel folder (fetch_wheels.sh).")
+    parser.add_argument("--work_dir", default=os.path.join(REPO, "outputs", "gpu_session"))
+    parser.add_argument("--dry_run", action="store_true", help="Hide CUDA; the same steps at CPU sizes.")
+    args = parser.parse_args(argv)
+    steps = args.steps.split(",")
+    if unknown := sorted(set(steps) - set(SHARES)):
+        parser.error(f"unknown steps {', '.join(unknown)}; the steps are {', '.join(SHARES)}")
+    args.steps = [name for name in SHARES if name in steps]
+    return run_session(args)
+
+
+if __name__ == "__main__":
+    main()
