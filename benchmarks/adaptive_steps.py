@@ -29,6 +29,7 @@ import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
 from modeling_ndr import load_task
 from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import ctl_compositions
+from modeling_ndr.training.evaluation import padded_batches, predict
 
 
 def task_splits(model_dir: str, n_eval: int, n_longer: int) -> tuple[dict[str, list[dict]], str]:
@@ -49,25 +50,16 @@ def task_splits(model_dir: str, n_eval: int, n_longer: int) -> tuple[dict[str, l
     return splits, direction
 
 
-def batches(rows: list[dict], tokenizer, batch_size: int):
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
-        encoded = tokenizer([row["text"] for row in chunk], return_tensors="pt", padding=True)
-        yield encoded, np.array([row["label"] for row in chunk]), np.array([row["depth"] for row in chunk])
+def labels_and_depths(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    return np.array([row["label"] for row in rows]), np.array([row["depth"] for row in rows])
 
 
-@torch.no_grad()
 def evaluate(model, tokenizer, rows, batch_size, adaptive: bool, max_steps: int | None):
     """Predictions, labels, depths and steps per sample."""
-    predictions, labels, depths, steps = [], [], [], []
-    for encoded, label, depth in batches(rows, tokenizer, batch_size):
-        out = model(**encoded, adaptive_steps=adaptive, num_steps=max_steps if adaptive else None)
-        predictions.append(out.logits.argmax(-1).numpy())
-        labels.append(label)
-        depths.append(depth)
-        taken = out.num_steps_taken.numpy() if adaptive else np.full(len(label), fixed_steps(model))
-        steps.append(taken)
-    return tuple(np.concatenate(values) for values in (predictions, labels, depths, steps))
+    texts = [row["text"] for row in rows]
+    predicted = predict(model, tokenizer, texts, batch_size, adaptive_steps=adaptive,
+                        num_steps=max_steps if adaptive else None)  # fmt: skip
+    return predicted.label_ids, *labels_and_depths(rows), predicted.steps
 
 
 def fixed_steps(model) -> int:
@@ -78,14 +70,14 @@ def fixed_steps(model) -> int:
 def step_records(model, tokenizer, rows, batch_size, steps):
     """Per sample and step: the largest mean copy gate, the largest relative state change (over real columns) and
     the prediction read from that step's state. Arrays of shape (samples, steps)."""
-    gates, changes, predictions, labels, depths = [], [], [], [], []
+    gates, changes, predictions = [], [], []
     position = modeling_ndr.modeling_ndr.readout_positions
-    for encoded, label, depth in batches(rows, tokenizer, batch_size):
+    for encoded in padded_batches(tokenizer, [row["text"] for row in rows], batch_size):
         out = model.ndr(**encoded, num_steps=steps, output_hidden_states=True, output_gates=True)
         mask = encoded["attention_mask"].bool()
         states = out.hidden_states
         readout = position(encoded["attention_mask"], model.config.readout)
-        rows_index = torch.arange(len(label))
+        rows_index = torch.arange(len(mask))
         gate = torch.stack([g.mean(-1).masked_fill(~mask, 0).amax(-1) for g in out.gates], dim=1)
         change = torch.stack(
             [
@@ -100,9 +92,7 @@ def step_records(model, tokenizer, rows, batch_size, steps):
         gates.append(gate.numpy())
         changes.append(change.numpy())
         predictions.append(prediction.numpy())
-        labels.append(label)
-        depths.append(depth)
-    return tuple(np.concatenate(values) for values in (gates, changes, predictions, labels, depths))
+    return (*(np.concatenate(values) for values in (gates, changes, predictions)), *labels_and_depths(rows))
 
 
 def stop_steps(signal: np.ndarray, threshold: float) -> np.ndarray:
@@ -148,14 +138,14 @@ def criterion_study(model, tokenizer, splits, batch_size, steps) -> list[dict]:
 
 
 def time_inference(model, tokenizer, rows, batch_size, repeats, max_steps) -> dict[str, float]:
-    encoded = list(batches(rows, tokenizer, batch_size))
+    encoded = list(padded_batches(tokenizer, [row["text"] for row in rows], batch_size))
     times = {"fixed": [], "adaptive": []}
     with torch.no_grad():
         for round_index in range(repeats + 1):
             for mode in times:
                 start = time.perf_counter()
                 adaptive = mode == "adaptive"
-                for inputs, _, _ in encoded:
+                for inputs in encoded:
                     model(**inputs, adaptive_steps=adaptive, num_steps=max_steps if adaptive else None)
                 if round_index > 0:  # the first round warms up
                     times[mode].append(time.perf_counter() - start)

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from scripts import load_script
 
 from modeling_ndr import NDRConfig, task_label_names
-from modeling_ndr.training import UsageError, adaptive, export_model, new_model
+from modeling_ndr.training import Predictions, UsageError, adaptive, export_model, new_model
 from modeling_ndr.training.adaptive import (
     DEEPER_DEPTHS,
     DEEPER_SPLIT,
@@ -163,10 +163,10 @@ def test_the_export_keeps_fixed_steps_where_they_do_better_on_ood_valid(exported
     truth = {row["text"]: label_ids[task_label_names("ctl")[row["label"]]]
              for rows in evaluation_rows(TASK).values() for row in rows}  # fmt: skip
 
-    def predict(model, tokenizer, texts, adaptive, threshold=None, batch_size=1000):
-        if adaptive:
-            return np.full(len(texts), -1), np.ones(len(texts), dtype=int)
-        return np.array([truth[text] for text in texts]), np.full(len(texts), 3)
+    def predict(model, tokenizer, texts, batch_size, adaptive_steps=None, adaptive_threshold=None):
+        if adaptive_steps:
+            return Predictions(np.full(len(texts), -1), np.ones(len(texts), dtype=int), model_chose_steps=True)
+        return Predictions(np.array([truth[text] for text in texts]), np.full(len(texts), 3), model_chose_steps=False)
 
     monkeypatch.setattr(adaptive, "predict", predict)
     export_model(str(checkpoint), str(tmp_path / "kept"), repo_id="org/ndr-ctl-tiny")

@@ -18,7 +18,8 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 
 from modeling_ndr import NDRForSequenceClassification, NDRModel, load_task, task_label_names
 from modeling_ndr.tasks import ctl_compositions, split_depths
-from modeling_ndr.training.adaptive import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, choose_threshold, predict
+from modeling_ndr.training.adaptive import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, choose_threshold
+from modeling_ndr.training.evaluation import predict
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,9 +137,11 @@ def test_released_ctl_models_run_adaptive_steps_with_the_threshold_chosen_on_ood
     grid = sorted(selection["grid"].items(), key=lambda item: float(item[0]))
     chosen = [float(threshold) for threshold, _ in grid].index(config["adaptive_threshold"])
     for threshold, recorded in grid[chosen : chosen + 2]:
-        predictions, steps = predict(model, tokenizer, ood_valid["text"], adaptive=True, threshold=float(threshold))
-        assert (predictions == labels).mean() == pytest.approx(recorded["accuracy"]), threshold
-        assert steps.mean() == pytest.approx(recorded["mean_steps"]), threshold
+        predicted = predict(
+            model, tokenizer, ood_valid["text"], adaptive_steps=True, adaptive_threshold=float(threshold)
+        )
+        assert (predicted.label_ids == labels).mean() == pytest.approx(recorded["accuracy"]), threshold
+        assert predicted.steps.mean() == pytest.approx(recorded["mean_steps"]), threshold
 
     results = json.loads((folder / "eval_results.json").read_text())
     assert results["ood_test"]["accuracy"] >= 0.99, "issue 23's target, as loaded"

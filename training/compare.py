@@ -263,10 +263,9 @@ def ponder_steps(output_dir: str, data: dict) -> dict | None:
         with open(path) as f:
             return json.load(f)
     import numpy as np
-    import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from modeling_ndr.modeling_ndr import readout_positions
+    from modeling_ndr.training.evaluation import predict
 
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
@@ -275,18 +274,9 @@ def ponder_steps(output_dir: str, data: dict) -> dict | None:
                                     n_eval=data["n_eval"], **options)  # fmt: skip
     measured = {}
     for split in SPLITS:
-        columns, readout, depths = [], [], np.asarray(splits[split]["depth"])
-        texts = splits[split]["text"]
-        for start in range(0, len(texts), 250):
-            batch = tokenizer(list(texts[start : start + 250]), padding=True, return_tensors="pt")
-            with torch.no_grad():
-                steps = model(**batch).halting_steps  # (b, n)
-            mask = batch["attention_mask"]
-            columns.append(((steps * mask).sum(-1) / mask.sum(-1)).numpy())
-            positions = readout_positions(mask, model.config.readout)
-            readout.append(steps[torch.arange(len(positions)), positions].float().numpy())
+        predicted, depths = predict(model, tokenizer, splits[split]["text"], 250), np.asarray(splits[split]["depth"])
         values = {}
-        for name, per_sample in (("mean_steps", np.concatenate(columns)), ("readout_steps", np.concatenate(readout))):
+        for name, per_sample in (("mean_steps", predicted.steps), ("readout_steps", predicted.readout_steps)):
             values[name] = float(per_sample.mean())
             values[f"{name}_by_depth"] = {str(d): float(per_sample[depths == d].mean()) for d in sorted(set(depths))}
         measured[split] = values

@@ -26,7 +26,7 @@ import sys
 import datasets
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import modeling_ndr
 from modeling_ndr.tables import markdown_table
@@ -47,6 +47,7 @@ from modeling_ndr.training import (
     standard_columns,
 )
 from modeling_ndr.training.adaptive import DEEPER_SPLIT
+from modeling_ndr.training.evaluation import predict
 
 
 # load_task generates every split; the evaluation splits do not depend on n_train, so the smallest train set is
@@ -163,29 +164,6 @@ def check_model_labels(splits: dict, label2id: dict, model_name: str) -> None:
             )
 
 
-@torch.no_grad()
-def predict(
-    model, tokenizer, dataset, batch_size: int, num_steps: int | None, adaptive_steps: bool | None = None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Predicted label ids, and the steps each sample used where the model decides them (None otherwise): with ACT
-    halting the mean over real columns of their halting step, with adaptive steps `num_steps_taken`."""
-    device = next(model.parameters()).device
-    collate = DataCollatorWithPadding(tokenizer)
-    inputs = dataset.select_columns(["input_ids", "attention_mask"])
-    predictions, steps_used = [], []
-    for start in range(0, len(inputs), batch_size):
-        batch = collate([inputs[i] for i in range(start, min(start + batch_size, len(inputs)))])
-        steps = {"num_steps": num_steps} if num_steps else {}
-        out = model(**{k: v.to(device) for k, v in batch.items()}, adaptive_steps=adaptive_steps, **steps)
-        predictions.append(out.logits.argmax(-1).cpu().numpy())
-        if getattr(out, "halting_steps", None) is not None:
-            mask = batch["attention_mask"].to(out.halting_steps.device)
-            steps_used.append(((out.halting_steps * mask).sum(-1) / mask.sum(-1)).cpu().numpy())
-        elif getattr(out, "num_steps_taken", None) is not None:
-            steps_used.append(out.num_steps_taken.cpu().numpy().astype(float))
-    return np.concatenate(predictions), np.concatenate(steps_used) if steps_used else None
-
-
 def steps_table(results: dict) -> str:
     """Mean steps per split and depth (ACT's ponder steps or adaptive steps), as markdown."""
     depths = sorted({int(d) for values in results.values() for d in values.get("mean_steps_by_depth", {})})
@@ -211,9 +189,10 @@ def main(argv: list[str] | None = None) -> dict:
     depth_accuracy = load_depth_accuracy()
     results = {}
     for split, dataset in encoded.items():
-        predictions, steps = predict(model, tokenizer, dataset, args.batch_size, args.num_steps, adaptive_steps)
+        predicted = predict(model, tokenizer, dataset, args.batch_size, adaptive_steps, args.num_steps)
+        steps = predicted.steps if predicted.model_chose_steps else None
         depths = dataset["depth"] if "depth" in dataset.column_names else None
-        result = depth_accuracy.compute(predictions=predictions, references=dataset["labels"], depths=depths)
+        result = depth_accuracy.compute(predictions=predicted.label_ids, references=dataset["labels"], depths=depths)
         results[split] = {
             "accuracy": result["accuracy"],
             "by_depth": {str(d): a for d, a in result["by_depth"].items()},

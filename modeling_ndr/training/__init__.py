@@ -20,6 +20,8 @@ Modules, in the order `train.py` uses them:
 - `records`: `run_config.json` and the machine description
 - `export`: the hub-ready folder and its model card
 - `atomic`: folders written whole or not at all (`atomic_folder`): exports, release folders, dataset repositories
+- `evaluation`: the one evaluation path, `predict`: predictions and steps per sample in padded batches, with fixed
+  or adaptive steps (`evaluate_model.py`, `compare.py`, the export's adaptive-steps study and the benchmarks use it)
 - `adaptive`: for a CTL export, the adaptive-steps threshold chosen on `ood_valid`, and fixed against adaptive steps
   per split and depth (on the task's splits and on deeper compositions)
 - `schedules`: `PonderWeightSchedule`, ACT's ponder weight warmed up once the task starts to be learned
@@ -74,6 +76,7 @@ from .devices import (
     precision_defaults,
 )
 from .errors import UsageError, exit_on_usage_error, first_line
+from .evaluation import Predictions, padded_batches, predict
 from .export import EXPORT_FILES, build_model_card, export_model, results_table
 from .locking import OutputDirLock, lock_output_dir
 from .preemption import EXIT_STOPPED, TimeBoxCallback, TrainingStopped, run_in_chunks
@@ -165,6 +168,10 @@ __all__ = [
     "run_record",
     "training_record",
     "write_run_config",
+    # evaluation
+    "Predictions",
+    "padded_batches",
+    "predict",
     # export
     "build_model_card",
     "export_model",

@@ -15,10 +15,10 @@ import json
 import os
 
 import numpy as np
-import torch
 
 from ..tables import markdown_table
 from ..tasks import ctl_compositions, task_label_names
+from .evaluation import predict
 
 
 # The thresholds tried on ood_valid (relative state change per step; the config's default is 0.15).
@@ -29,6 +29,7 @@ DEEPER_SPLIT = "deeper"
 # ctl_compositions' default stream seed; the tests draw fresh samples with another one.
 DEEPER_SAMPLE_SEED = 1
 SELECTION_SPLIT = "ood_valid"
+BATCH_SIZE = 1000  # texts per forward pass (a sample's result does not depend on its batch)
 SELECTION_RULE = (
     "the threshold of the grid with the best ood_valid accuracy; among equally accurate ones the one with the fewest "
     "mean ood_valid steps (the larger threshold on a tie); at most 2 x num_hidden_layers steps; adaptive steps are "
@@ -93,55 +94,6 @@ def evaluation_rows(task: dict, n_eval: int | None = None) -> dict[str, list[dic
     return rows
 
 
-@torch.no_grad()
-def predict(model, tokenizer, texts: list[str], adaptive: bool, threshold: float | None = None, batch_size=1000):
-    """Class ids and steps run per text, with the model's fixed step count or with adaptive steps.
-
-    Args:
-        model: an `NDRForSequenceClassification` in eval mode.
-        tokenizer: its tokenizer.
-        texts: the inputs.
-        adaptive: adaptive steps (at most `config.max_adaptive_steps`) or the fixed count.
-        threshold: the adaptive threshold to use (default: the config's); the config is left as it was.
-        batch_size: texts per forward pass (a sample's result does not depend on its batch).
-
-    Returns:
-        `(predictions, steps)`, two integer arrays of shape `(len(texts),)`.
-    """
-    config = model.config
-    kept = config.adaptive_threshold
-    fixed = config.eval_num_hidden_layers or config.num_hidden_layers
-    device = next(model.parameters()).device
-    predictions, steps = [], []
-    try:
-        if threshold is not None:
-            config.adaptive_threshold = threshold
-        for start in range(0, len(texts), batch_size):
-            sequences = tokenizer(texts[start : start + batch_size])["input_ids"]
-            input_ids, attention_mask = right_padded(sequences, tokenizer.pad_token_id)
-            out = model(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), adaptive_steps=adaptive
-            )
-            predictions.append(out.logits.argmax(-1).cpu().numpy())
-            taken = out.num_steps_taken.cpu().numpy() if adaptive else np.full(len(out.logits), fixed)
-            steps.append(taken)
-    finally:
-        config.adaptive_threshold = kept
-    return np.concatenate(predictions), np.concatenate(steps)
-
-
-def right_padded(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(input_ids, attention_mask)` of shape `(batch, longest)`, padded on the right. (Padding by hand: calling a fast
-    tokenizer with `padding=True` leaves padding switched on in the `tokenizer.json` it saves afterwards.)"""
-    longest = max(len(ids) for ids in sequences)
-    input_ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(sequences), longest), dtype=torch.long)
-    for row, ids in enumerate(sequences):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        attention_mask[row, : len(ids)] = 1
-    return input_ids, attention_mask
-
-
 def scores(predictions: np.ndarray, labels: np.ndarray, depths: np.ndarray, steps: np.ndarray) -> dict:
     """`{"accuracy", "by_depth", "mean_steps", "mean_steps_by_depth"}` (depth keys are strings, as in JSON)."""
     correct = predictions == labels
@@ -188,10 +140,14 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
     texts, labels, depths = arrays(SELECTION_SPLIT)
     grid = {}
     for threshold in thresholds:
-        predictions, steps = predict(model, tokenizer, texts, adaptive=True, threshold=threshold)
-        grid[str(threshold)] = {"accuracy": float((predictions == labels).mean()), "mean_steps": float(steps.mean())}
+        adaptive = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=True, adaptive_threshold=threshold)
+        grid[str(threshold)] = {
+            "accuracy": float((adaptive.label_ids == labels).mean()),
+            "mean_steps": float(adaptive.steps.mean()),
+        }
     chosen = choose_threshold(grid)
-    fixed_accuracy = float((predict(model, tokenizer, texts, adaptive=False)[0] == labels).mean())
+    fixed = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=False)
+    fixed_accuracy = float((fixed.label_ids == labels).mean())
     selection = {
         "rule": SELECTION_RULE,
         "split": SELECTION_SPLIT,
@@ -211,11 +167,14 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
     results = {}
     for split in rows:
         texts, labels, depths = arrays(split)
-        adaptive_predictions, adaptive_steps = predict(model, tokenizer, texts, adaptive=True)
-        fixed_predictions, fixed_steps = predict(model, tokenizer, texts, adaptive=False)
-        fixed = scores(fixed_predictions, labels, depths, fixed_steps)
-        fixed = {"num_steps": int(fixed_steps[0]), "accuracy": fixed["accuracy"], "by_depth": fixed["by_depth"]}
-        results[split] = {**scores(adaptive_predictions, labels, depths, adaptive_steps), "fixed_steps": fixed}
+        adaptive = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=True)
+        fixed = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=False)
+        fixed_scores = scores(fixed.label_ids, labels, depths, fixed.steps)
+        fixed_scores = {
+            "num_steps": int(fixed.steps[0]),
+            **{key: fixed_scores[key] for key in ("accuracy", "by_depth")},
+        }
+        results[split] = {**scores(adaptive.label_ids, labels, depths, adaptive.steps), "fixed_steps": fixed_scores}
     selection = {
         **selection,
         "deeper": {
