@@ -26,6 +26,8 @@ Modules, in the order `train.py` uses them:
   per split and depth (on the task's splits and on deeper compositions)
 - `schedules`: `PonderWeightSchedule`, ACT's ponder weight warmed up once the task starts to be learned
   (`--ponder_warmup_loss`, `--ponder_warmup_steps`)
+- `official`: a checkpoint of the paper's official code as a hub-ready ndr folder (`convert_official_checkpoint`,
+  used by `training/convert_official_checkpoint.py`)
 """
 
 from .arguments import (
