@@ -45,6 +45,45 @@ def released_curves(models: Path = RELEASED) -> list[Path]:
     return sorted(models.glob("*/training_curve.png"))
 
 
+def render_lines(models: Path = RELEASED) -> str:
+    """`<!-- release lines -->`: for each release that keeps training, one row per chunk of its line (read from
+    `last-checkpoint/continuation.json` and the evaluations in its `trainer_state.json`): when, which commit, on what,
+    the steps, the samples seen at its end, its best `ood_valid` (with that evaluation's `ood_test`) and what it
+    released."""
+    from modeling_ndr.training.continuation import evaluation_history, samples_seen
+
+    blocks = []
+    for record in sorted(models.glob("*/last-checkpoint/continuation.json")):
+        line = json.loads(record.read_text())
+        state = json.loads((record.parent / "trainer_state.json").read_text())
+        history = evaluation_history(state)
+        rows = []
+        if warm := line.get("warm_start"):
+            results = warm.get("results", {})
+            rows.append(["start", "–", warm.get("commit") or "–", warm["device"].split(", torch")[0],
+                         f"{warm['steps']:,} (the release's own run)", f"{warm['samples'] / 1e6:.2f}M",
+                         f"{warm['seconds'] / 60:.0f}", format_value(results.get("ood_valid")),
+                         format_value(results.get("ood_test")), "the release it started from"])  # fmt: skip
+        for number, chunk in enumerate(line["chunks"], 1):
+            inside = [e for e in history if chunk["start_step"] < e["step"] <= chunk["end_step"] and "ood_valid" in e]
+            best = max(inside, key=lambda e: (e["ood_valid"]["accuracy"], e["step"]), default=None)
+            released = chunk.get("released_step")
+            rows.append([
+                str(number), chunk["finished"][:16].replace("T", " "), chunk.get("commit") or "–",
+                chunk["device"].split(", torch")[0] + (f", {chunk['precision']}" if chunk.get("precision") else ""),
+                f"{chunk['start_step']:,} → {chunk['end_step']:,}",
+                f"{samples_seen(line, chunk['end_step']) / 1e6:.2f}M", f"{chunk['seconds'] / 60:.0f}",
+                f"{best['ood_valid']['accuracy']:.3f} (step {best['step']:,})" if best else "–",
+                format_value(best["ood_test"]["accuracy"]) if best and "ood_test" in best else "–",
+                f"step {released:,}" if released is not None else "kept",
+            ])  # fmt: skip
+        columns = ["chunk", "finished", "commit", "device", "steps", "samples seen", "minutes",
+                   "best ood_valid", "its ood_test", "release"]  # fmt: skip
+        recipe = line["recipe"]["preset"]
+        blocks.append(f"`{record.parent.parent.name}` (recipe `{recipe}`)\n\n" + markdown_table(rows, columns) + "\n")
+    return "\n".join(blocks) or "No release keeps training yet.\n"
+
+
 def render_curves(models: Path = RELEASED) -> str:
     """`<!-- release curves -->`: each curve, under its release's name."""
     blocks = [f"`{curve.parent.name}`\n\n![{curve.parent.name}: accuracy against training samples seen]"
@@ -125,6 +164,8 @@ def on_page_markdown(markdown, page, config, files):
     markdown = render_tables(markdown)
     if "<!-- released models -->" in markdown:
         markdown = markdown.replace("<!-- released models -->", render_released())
+    if "<!-- release lines -->" in markdown:
+        markdown = markdown.replace("<!-- release lines -->", render_lines())
     if "<!-- release curves -->" in markdown:
         markdown = markdown.replace("<!-- release curves -->", render_curves())
     return markdown

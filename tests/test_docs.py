@@ -47,6 +47,12 @@ def test_the_site_builds_strictly(tmp_path):
     api = (tmp_path / "site" / "api" / "config" / "index.html").read_text()
     for field in ("hidden_size", "gate_dropout", "adaptive_threshold", "readout"):
         assert f"<code>{field}</code>" in api, f"the API page documents NDRConfig.{field}"
+    models = (tmp_path / "site" / "api" / "models" / "index.html").read_text()
+    for argument in ("input_ids", "attention_mask", "labels", "output_hidden_states", "num_steps", "output_gates"):
+        assert f"<code>{argument}</code>" in models, (
+            f"the models page documents forward's {argument} (the standard arguments are written by transformers' "
+            "auto_docstring when the module is imported; docs/griffe_hf_docstrings.py reads them from there)"
+        )
 
 
 PAGES = sorted(page for page in DOCS.rglob("*.md") if python_blocks(page)) + [REPO / "README.md"]
@@ -97,12 +103,32 @@ def test_the_comparison_page_shows_the_comparison_file():
 def test_the_released_models_table_has_a_row_per_folder_with_its_card_s_numbers():
     hooks = load_hooks()
     table = hooks.render_released()
-    for folder in sorted((REPO / "hub_cards" / "models").iterdir()):
+    for folder in sorted((REPO / "hub_cards" / "models").glob("ndr-*")):
         results = json.loads((folder / "eval_results.json").read_text())
         row = next(line for line in table.splitlines() if line.startswith(f"| `{folder.name}` |"))
         assert f"| {results['ood_test']['accuracy']:.3f} |" in row, (folder.name, row)
         fixed = results["ood_test"].get("fixed_steps", results["ood_test"])["accuracy"]
         assert f"| {fixed:.3f} |" in row, f"{folder.name}: ood_test with the fixed steps of training: {row}"
+
+
+def test_the_lab_record_has_a_row_per_chunk_of_every_release_line_and_the_site_shows_its_curve():
+    hooks = load_hooks()
+    lines, curves = hooks.render_lines(), hooks.render_curves()
+    records = sorted((REPO / "hub_cards" / "models").glob("*/last-checkpoint/continuation.json"))
+    for record in records:
+        name, line = record.parent.parent.name, json.loads(record.read_text())
+        block = lines.split(f"`{name}` (recipe `{line['recipe']['preset']}`)")[1].split("\n\n`ndr-")[0]
+        for number, chunk in enumerate(line["chunks"], 1):
+            row = next(row for row in block.splitlines() if row.startswith(f"| {number} |"))
+            assert f"{chunk['start_step']:,} → {chunk['end_step']:,}" in row, row
+            released = chunk.get("released_step")
+            assert (f"step {released:,}" if released is not None else "kept") in row, row
+        assert f"(images/{name}_training_curve.png)" in curves, f"{name}'s curve is on the released-models page"
+    released = (REPO / "docs" / "released-models.md").read_text()
+    assert (
+        "<!-- release curves -->" in released
+        and "<!-- release lines -->" in (REPO / "docs" / "results" / "releases.md").read_text()
+    )
 
 
 def test_the_readme_is_short_and_its_links_lead_somewhere():

@@ -153,6 +153,7 @@ def test_a_continuation_interrupted_after_training_is_adopted_by_the_next(first_
 
     with monkeypatch.context() as patch:
         patch.setattr(line, "write_last_checkpoint", killed)
+        patch.setattr(line, "write_release", killed)
         with pytest.raises(KeyboardInterrupt):
             continue_tiny(tmp, chunk_steps=2)
     assert snapshot(tmp / "models") == before, "the release and its checkpoint are as they were"
@@ -160,6 +161,7 @@ def test_a_continuation_interrupted_after_training_is_adopted_by_the_next(first_
     assert summary["step"] == 8, summary
     chunks = json.loads((tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE).read_text())["chunks"]
     assert [(c["start_step"], c["end_step"]) for c in chunks] == [(0, 4), (4, 6), (6, 8)], "no step counted twice"
+    assert chunks[0]["released_step"] == 4 or chunks[0]["released_step"] == 2, "each record says what it released"
 
 
 def test_files_over_the_limit_are_kept_in_parts_and_joined_again(tmp_path):

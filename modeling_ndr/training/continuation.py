@@ -21,12 +21,13 @@ One continuation (`continue_release`):
    otherwise one line naming the difference, and nothing changes);
 4. runs the launch command for the time box (`--max_wall_minutes`): it resumes the checkpoint, evaluates at the
    recipe's evaluation steps, and stops with a checkpoint (exit 75), or finishes the line's horizon (`max_steps`);
-5. makes the newest checkpoint the new `last-checkpoint/`, always;
-6. if the line's best `ood_valid` now beats the release's, exports that checkpoint as the new release; otherwise the
-   release stays as it was.
+5. if the line's best `ood_valid` now beats the release's, exports that checkpoint as the new release; otherwise the
+   release stays as it was;
+6. makes the newest checkpoint the new `last-checkpoint/`, always.
 
-Every folder is replaced whole (`atomic.atomic_folder`), `last-checkpoint/` before the release: an interruption at
-any moment, `kill -9` included, leaves the previous release loadable and the previous checkpoint resumable.
+Every folder is replaced whole (`atomic.atomic_folder`): an interruption at any moment, `kill -9` included, leaves
+the previous release loadable and the previous checkpoint resumable, and a chunk whose training had finished is
+adopted by the next continuation (from the work folder), so no step is trained or released twice.
 """
 
 import datetime
@@ -58,7 +59,7 @@ PART = ".part-"
 # preset values that change what is written or shown, not what is trained: a line resumes whatever they are
 BOOKKEEPING = {
     "output_dir", "logging_steps", "report_to", "save_total_limit", "per_device_eval_batch_size", "disable_tqdm",
-    "dataloader_num_workers", "torch_threads", "use_cpu", "precision",
+    "dataloader_num_workers", "torch_threads", "use_cpu", "precision", "logging_nan_inf_filter",
 }  # fmt: skip
 
 
@@ -238,8 +239,11 @@ def newest_checkpoint(work_dir: str) -> str | None:
     return steps[max(steps)] if steps else None
 
 
-def chunk_record(work_dir: str, checkpoint: str, start_step: int, start_seconds: float, total_batch: int) -> dict:
-    """The record of the chunk that trained from `start_step` to `checkpoint`, read from what train.py wrote."""
+def chunk_record(
+    work_dir: str, checkpoint: str, start_step: int, start_seconds: float, total_batch: int, commit: str | None
+) -> dict:
+    """The record of the chunk that trained from `start_step` to `checkpoint` with the code of `commit`, read from
+    what train.py wrote."""
     run_config = read_json(os.path.join(work_dir, "run_config.json")) or {}
     state = read_json(os.path.join(checkpoint, "trainer_state.json"))
     stopped = read_stopped(work_dir) or {}
@@ -253,16 +257,19 @@ def chunk_record(work_dir: str, checkpoint: str, start_step: int, start_seconds:
         "processes": run_config.get("processes"),
         "finished": stopped.get("time") or datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "stop": stopped.get("reason") or ("horizon" if state["global_step"] >= state.get("max_steps", 0) else None),
-        "commit": _git_commit(),
+        "commit": commit,
     }
 
 
 def _git_commit() -> str | None:
+    """The checkout's commit (`+changes` if tracked files differ from it), None outside a git checkout."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        return out.stdout.strip() or None
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                text=True, check=True)  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return None
+    return head.stdout.strip() + ("+changes" if status.stdout.strip() else "") or None
 
 
 def write_last_checkpoint(release_dir: str, checkpoint: str, continuation: dict) -> str:
@@ -458,7 +465,8 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
         line_step, start_seconds = 0, 0.0
         if warm_start:
             start = ["--model_name_or_path", os.path.relpath(release_dir, run_kwargs.get("cwd") or os.getcwd())]
-    pending = {**continuation, "pending": {"start_step": line_step, "start_seconds": start_seconds}}
+    pending = {**continuation, "pending": {"start_step": line_step, "start_seconds": start_seconds,
+                                           "commit": _git_commit()}}  # fmt: skip
     with open(os.path.join(work_dir, CONTINUATION_FILE), "w") as f:
         json.dump(pending, f, indent=2)
 
@@ -501,7 +509,6 @@ def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
         )
         warm = {
             "from": os.path.basename(os.path.abspath(release_dir)),
-            "commit": _git_commit(),
             "steps": previous["steps"] if previous else training.get("steps", 0),
             "samples": previous["samples"] if previous else training.get("steps", 0) * batch,
             "seconds": training.get("seconds", 0.0),
@@ -516,8 +523,9 @@ def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[di
     """After a chunk: its newest checkpoint becomes `last-checkpoint/`; if the line's best beats the release, the
     best checkpoint is released. Returns the line's new `continuation.json` and whether it was released."""
     start = pending.pop("pending")
-    continuation = {**pending, "chunks": [*pending["chunks"], chunk_record(
-        work_dir, newest, start["start_step"], start["start_seconds"], pending["recipe"]["total_batch"])]}  # fmt: skip
+    record = chunk_record(work_dir, newest, start["start_step"], start["start_seconds"],
+                          pending["recipe"]["total_batch"], start.get("commit"))  # fmt: skip
+    continuation = {**pending, "chunks": [*pending["chunks"], record]}
     state = read_json(os.path.join(newest, "trainer_state.json"))
     if state["global_step"] >= state.get("max_steps", float("inf")):
         continuation["finished"] = True
@@ -525,9 +533,10 @@ def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[di
     best, best_dir = state.get("best_metric"), state.get("best_model_checkpoint")
     current = release_metric(release_dir, metric)
     best_dir = best_dir and os.path.join(work_dir, os.path.basename(best_dir))
-    improved = best is not None and (current is None or best > current) and best_dir and os.path.isdir(best_dir)
-    write_last_checkpoint(release_dir, newest, continuation)
-    os.remove(os.path.join(work_dir, CONTINUATION_FILE))  # promoted: nothing left to adopt
+    improved = bool(best is not None and (current is None or best > current) and best_dir and os.path.isdir(best_dir))
+    continuation["chunks"][-1]["released_step"] = checkpoint_step(best_dir) if improved else None
+    # the release first: were the process killed before last-checkpoint/ is written, the next continuation adopts
+    # this chunk again from the work folder (where the released checkpoint still is), and nothing is lost
     if improved:
         run_config = read_json(os.path.join(work_dir, "run_config.json")) or {}
         write_release(release_dir, best_dir, state, continuation, run_config, publish, paper)
@@ -536,4 +545,6 @@ def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[di
     else:
         logger.warning("%s: the release stays (%s %s; the line's best: %s)", os.path.basename(release_dir), metric,
                        current, best)  # fmt: skip
+    write_last_checkpoint(release_dir, newest, continuation)
+    os.remove(os.path.join(work_dir, CONTINUATION_FILE))  # promoted: nothing left to adopt
     return continuation, bool(improved)
