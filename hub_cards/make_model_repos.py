@@ -105,6 +105,7 @@ GPU_RELEASES = {
 # make release-continue TASK=<task>: the line a release keeps training on this CPU (2 gloo processes)
 CPU_CONTINUATIONS = {
     "arithmetic": ("ndr-arithmetic", Release("arithmetic_cpu_continue", "release/ndr-arithmetic")),
+    "listops": ("ndr-listops", Release("listops_cpu_continue", "release/ndr-listops")),
 }
 # the paper's NDR: training samples (steps x 512) and ood_test accuracy, marked on a release's learning curve
 PAPER_BUDGETS = {

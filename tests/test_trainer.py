@@ -12,6 +12,7 @@ from transformers import DataCollatorWithPadding, EvalPrediction, Trainer, Train
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, build_tokenizer
 from modeling_ndr.training import NDRTrainer, depth_weights, load_depth_accuracy, metrics_function
+from modeling_ndr.training.trainer import operator_weights
 
 
 def tiny_trainer(tmp_path, train_dataset=None, **args) -> NDRTrainer:
@@ -75,6 +76,27 @@ def test_a_lower_is_better_metric_ties_the_same_way(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- sampling and metrics
+
+
+@pytest.mark.parametrize("balance_depths", [False, True])
+def test_operator_weights_draw_every_operator_equally_often_within_its_depth(balance_depths):
+    """Depth 1 holds operator 7 nine times and operator 8 once (ListOps' [SM at depth 1 is that rare); depth 2 holds
+    three operators ten times each. Each depth keeps its share of the data (1/4, 3/4), or with balance_depths 1/2."""
+    depths = [1] * 10 + [2] * 30
+    operators = [7] * 9 + [8] + [7] * 10 + [8] * 10 + [9] * 10
+    weights = operator_weights(depths, operators, balance_depths)
+    mass = {}
+    for depth, operator, weight in zip(depths, operators, weights.tolist()):
+        mass[depth, operator] = mass.get((depth, operator), 0.0) + weight / float(weights.sum())
+    depth_1, depth_2 = (0.5, 0.5) if balance_depths else (0.25, 0.75)
+    expected = {
+        (1, 7): depth_1 / 2,
+        (1, 8): depth_1 / 2,
+        (2, 7): depth_2 / 3,
+        (2, 8): depth_2 / 3,
+        (2, 9): depth_2 / 3,
+    }
+    assert mass == pytest.approx(expected), "every operator of a depth is drawn as often as the others"
 
 
 def test_depth_weights_give_every_depth_the_same_total_weight():

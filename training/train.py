@@ -163,6 +163,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=metrics_function(depth_accuracy),
         balance_depths=data_args.balance_depths,
+        balance_operators=data_args.balance_operators,
         callbacks=[time_box, *ponder_schedule(model.config, run_args)],
     )
     total_batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size

@@ -41,6 +41,14 @@ class DataArguments:
             "at chance for thousands of steps before it finds the single lookups. Your own data needs --depth_column."
         },
     )
+    balance_operators: bool = field(
+        default=False,
+        metadata={
+            "help": "Within each depth, draw every operator (the first token: ListOps' [MIN, [MAX, [MED, [SM) equally "
+            "often, with replacement; depths keep their share (or, with --balance_depths, are drawn equally often). "
+            "ListOps' train split holds 9% [SM lists at depth 1. Needs depths (your own data: --depth_column)."
+        },
+    )
     dataset_name: str | None = field(
         default=None,
         metadata={
@@ -296,9 +304,10 @@ def check_data_arguments(data_args: DataArguments, given: set[str], preset: dict
             "the training data (training/evaluate_model.py evaluates a trained model on a file)"
         )
     evaluation_files(data_args)  # checks the NAME=FILE forms
-    if data_args.balance_depths and not data_args.depth_column:
-        origin = " (set by the preset; pass --balance_depths false)" if "balance_depths" not in given else ""
-        raise UsageError(f"--balance_depths needs --depth_column, the column of each sample's depth{origin}")
+    for flag in ("balance_depths", "balance_operators"):
+        if getattr(data_args, flag) and not data_args.depth_column:
+            origin = f" (set by the preset; pass --{flag} false)" if flag not in given else ""
+            raise UsageError(f"--{flag} needs --depth_column, the column of each sample's depth{origin}")
 
 
 def check_best_metric(training_args: TrainingArguments, eval_splits: list[str], given: set[str]) -> None:

@@ -82,6 +82,30 @@ def depth_weights(depths) -> torch.Tensor:
     return torch.as_tensor(1.0 / counts[inverse], dtype=torch.double)
 
 
+def operator_weights(depths, operators, balance_depths: bool = False) -> torch.Tensor:
+    """Sampling weights that draw every operator equally often within each depth (`--balance_operators`): ListOps'
+    `train` split holds 9% `[SM` lists at depth 1, where `[SM` needs all its arguments and is learned only as fast as
+    its samples arrive (docs/results/releases.md). Each depth keeps its share of the data, or with `balance_depths`
+    every depth is drawn equally often.
+
+    Args:
+        depths: each sample's depth.
+        operators: each sample's operator (any hashable id: `balanced_sampler` passes the first token's).
+        balance_depths: also draw every depth equally often.
+
+    Returns:
+        A float64 tensor of one weight per sample.
+    """
+    depths, operators = np.asarray(depths), np.asarray(operators)
+    pairs = np.stack([depths, operators], axis=1)
+    _, group, group_counts = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+    depth_values, depth, depth_counts = np.unique(depths, return_inverse=True, return_counts=True)
+    operators_per_depth = np.array([len(np.unique(operators[depths == value])) for value in depth_values])
+    depth_share = np.ones(len(depths)) if balance_depths else depth_counts[depth.reshape(-1)].astype(float)
+    share = depth_share / operators_per_depth[depth.reshape(-1)]
+    return torch.as_tensor(share / group_counts[group.reshape(-1)], dtype=torch.double)
+
+
 class BalancedSampler(torch.utils.data.Sampler):
     """`--balance_depths`: each epoch draws as many samples as the dataset holds, weighted by `weights` (with
     replacement: the draws of `WeightedRandomSampler` with the same generator); with `lengths`
@@ -136,18 +160,25 @@ class BalancedSampler(torch.utils.data.Sampler):
         return iter(order)
 
 
-def balanced_sampler(dataset, args) -> torch.utils.data.Sampler:
-    """The sampler of `balance_depths=True`: depths drawn uniformly (with replacement), length-grouped if
+def balanced_sampler(dataset, args, balance_depths: bool = True, balance_operators: bool = False):
+    """The sampler of `balance_depths=True` (depths drawn uniformly) and/or `balance_operators=True` (within each
+    depth, every operator -- the first token after [BOS] -- drawn uniformly), with replacement, length-grouped if
     `args.train_sampling_strategy == "group_by_length"`.
 
     Args:
         dataset: the training set, with `depth` and `input_ids` columns.
         args: the run's `TrainingArguments` (seed, batch size, accumulation, sampling strategy).
+        balance_depths: draw every depth equally often.
+        balance_operators: draw every operator equally often within a depth (`operator_weights`).
 
     Returns:
         A `BalancedSampler` of `len(dataset)` indices per epoch.
     """
-    weights = depth_weights(dataset["depth"])
+    if balance_operators:
+        first_tokens = [ids[1] if len(ids) > 1 else -1 for ids in dataset["input_ids"]]
+        weights = operator_weights(dataset["depth"], first_tokens, balance_depths)
+    else:
+        weights = depth_weights(dataset["depth"])
     if args.train_sampling_strategy != "group_by_length":
         return BalancedSampler(weights, args.seed)
     lengths = [len(ids) for ids in dataset["input_ids"]]
@@ -166,21 +197,23 @@ class NDRTrainer(Trainer):
 
     Args:
         balance_depths: draw training samples uniformly over the `depth` column (see `balanced_sampler`).
+        balance_operators: draw every operator (first token) equally often within each depth (`operator_weights`).
         *args: `Trainer`'s positional arguments.
         **kwargs: `Trainer`'s keyword arguments.
     """
 
-    def __init__(self, *args, balance_depths: bool = False, **kwargs):
+    def __init__(self, *args, balance_depths: bool = False, balance_operators: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
-        self.balance_depths = balance_depths
+        self.balance_depths, self.balance_operators = balance_depths, balance_operators
 
     def compute_loss(self, model, inputs, *args, **kwargs):
         return super().compute_loss(model, {k: v for k, v in inputs.items() if k != "depth"}, *args, **kwargs)
 
     def _get_train_sampler(self, train_dataset=None):
-        if not self.balance_depths:
+        if not (self.balance_depths or self.balance_operators):
             return super()._get_train_sampler(train_dataset)
-        return balanced_sampler(train_dataset or self.train_dataset, self.args)
+        return balanced_sampler(train_dataset or self.train_dataset, self.args, self.balance_depths,
+                                self.balance_operators)  # fmt: skip
 
     def get_decay_parameter_names(self, model) -> list[str]:
         return [name for name, _ in model.named_parameters()]
