@@ -27,11 +27,14 @@ def tiny_trainer(tmp_path, train_dataset=None, **args) -> NDRTrainer:
 
 
 def test_the_overridden_private_methods_keep_their_signatures():
-    """NDRTrainer overrides `_get_train_sampler(train_dataset)` and `_determine_best_metric(metrics, trial)`: if
-    transformers renames them or changes their parameters, the overrides would silently stop being called."""
+    """NDRTrainer overrides `_get_train_sampler(train_dataset)`, `_determine_best_metric(metrics, trial)` and
+    `_push_from_checkpoint(checkpoint_folder)`, and its `save_model` passes `_internal_call`: if transformers renames
+    them or changes their parameters, the overrides would silently stop being called."""
     for name, parameters in {
         "_get_train_sampler": ["self", "train_dataset"],
         "_determine_best_metric": ["self", "metrics", "trial"],
+        "_push_from_checkpoint": ["self", "checkpoint_folder"],
+        "save_model": ["self", "output_dir", "_internal_call"],
     }.items():
         assert callable(getattr(Trainer, name, None)), f"Trainer.{name} is gone: NDRTrainer's override is dead code"
         assert list(inspect.signature(getattr(Trainer, name)).parameters) == parameters, f"Trainer.{name} changed"

@@ -259,7 +259,7 @@ def test_every_preset_parses(preset, tmp_path):
     task_args, _, _, training_args, values = training.parse_arguments(
         ["--preset", preset, "--output_dir", str(tmp_path)]
     )
-    assert task_args.task == values["task"] and training_args.max_steps == values["max_steps"]
+    assert task_args.task == values.get("task") and training_args.max_steps == values["max_steps"]  # own_data: None
 
 
 def test_a_preset_can_start_from_another(tmp_path):

@@ -10,16 +10,21 @@
     python training/train.py --model_name_or_path outputs/ctl_forward_cpu/export --train_file train.jsonl ...
 
 `--preset NAME` reads `configuration/NAME.yaml` (a preset with `base: OTHER` starts from preset OTHER's values); any
-flag on the command line overrides the preset. Every `TrainingArguments` flag works. Model fields are set with
-`--config_overrides "field=value,..."` (any `NDRConfig` field, as in transformers' `run_clm.py`) or, for the fields
-that had flags before, with those flags.
+flag on the command line overrides the preset. Without `--preset`, your data trains with the `own_data` preset (a
+small NDR, 400 steps) and fine-tuning with `own_data_finetune` (its training flags, learning rate 3e-4); a new model
+on one of the paper's tasks needs a preset or `--max_steps`: a command that would train no step is refused. Every
+`TrainingArguments` flag works. Model fields are set with `--config_overrides "field=value,..."` (any `NDRConfig`
+field, as in transformers' `run_clm.py`) or, for the fields that had flags before, with those flags.
 
 The paper's tasks are evaluated on `iid_test`, `ood_valid` and `ood_test`, and the best checkpoint is the one with the
 highest `ood_valid` accuracy (the latest on ties, as in the paper). Your own data is evaluated on every split besides
 `train` (`--validation_file` is `validation`, `--test_file` is `test`, `--eval_files NAME=FILE` is `NAME`), and
 `--metric_for_best_model` can name any of them (`NAME_accuracy`). Accuracy and accuracy per depth come from the
 `evaluate` metric that ships with the package (`modeling_ndr.metrics.DEPTH_ACCURACY`). The run writes
-`eval_results.json` and a hub-ready `export/` folder.
+`eval_results.json` and a hub-ready `export/` folder; with `--push_to_hub` that folder (with its model card) is
+pushed once, at the end, to `--hub_model_id` (else the output folder's name in your namespace) with `--hub_token` and
+`--hub_private_repo`; checkpoints go to the Hub only with `--hub_strategy checkpoint` (into `last-checkpoint/`) or
+`all_checkpoints`.
 
 A bad command line, preset, model setting or data file is reported in one line before any data is generated or any
 step is trained (exit status 2).
@@ -29,13 +34,16 @@ import json
 import logging
 import os
 import sys
+import time
 
+import datasets
+import huggingface_hub
 import torch
 import transformers
-from huggingface_hub import upload_folder
 from transformers import DataCollatorWithPadding, set_seed
 
 import modeling_ndr
+from modeling_ndr.geometric_ndr import cpu_kernel_available, kernel_mode
 from modeling_ndr.training import (
     EVAL_SPLITS,
     EXIT_STOPPED,
@@ -48,6 +56,7 @@ from modeling_ndr.training import (
     check_best_metric,
     check_data_arguments,
     check_resume,
+    check_training_steps,
     config_values,
     describe_precision,
     encode,
@@ -102,9 +111,21 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     time_box = TimeBoxCallback(run_args.max_wall_minutes, run_args.max_chunk_steps)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
+    if training_args.disable_tqdm:  # Trainer's bars, and those of loading, saving and mapping the data
+        transformers.utils.logging.disable_progress_bar()
+        huggingface_hub.utils.disable_progress_bars()
+        datasets.disable_progress_bars()
+    if training_args.device.type == "cpu":  # pinned memory only speeds up copies to a GPU (torch warns without one)
+        training_args.dataloader_pin_memory = False
     given = flags_on_command_line(argv)
+    if run_args.preset and "preset" not in given:  # implied: own_data or own_data_finetune (presets.default_preset)
+        logger.info(
+            "no --preset: %s trains with the preset %s (configuration/%s.yaml); flags override its values",
+            "fine-tuning" if model_args.model_name_or_path else "your data", run_args.preset, run_args.preset,
+        )  # fmt: skip
     apply_total_batch_size(training_args, run_args.total_batch_size, given)
     check_data_arguments(data_args, given, preset)
+    check_training_steps(training_args, data_args, given, preset)  # a run that would train no step stops here
     variant = read_variant(run_args.variant, data_args.task, run_args.preset)  # task: None for your own data
     values = config_values(model_args, variant, given)  # a bad variant or override: reported before any file is read
     if model_args.model_name_or_path:
@@ -185,18 +206,23 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         run_config = run_record(data_args, model_args, run_args, training_args, preset, values, example)
         write_run_config(training_args.output_dir, run_config)
 
-    # ---- training
-    if training_args.do_train or training_args.max_steps > 0:
-        train_result = trainer.train(resume_from_checkpoint=resume)
-        time_box.raise_if_stopped()  # stopped before the last step: the checkpoint is saved, nothing else to do
-        trainer.log_metrics("train", train_result.metrics)
-        trainer.save_metrics("train", train_result.metrics)
-        trainer.save_state()
-        if training_args.should_save:
-            run_config["training"] = training_record(train_result.metrics, train_result.global_step)
-            if time_box.chunks > 1:  # trained in resumed chunks: the training time of all of them
-                run_config["training"].update(seconds=round(time_box.training_seconds, 1), chunks=time_box.chunks)
-            write_run_config(training_args.output_dir, run_config)
+    # ---- training (check_training_steps made sure there is something to train)
+    if model.config.attention_type == "geometric" and training_args.device.type == "cpu" and kernel_mode() != "torch":
+        # loaded here rather than silently inside the first step: compiled on a machine's first run, then cached
+        logger.info("loading the geometric-attention CPU kernel (its first build on a machine takes a minute or more)")
+        started = time.perf_counter()
+        if cpu_kernel_available():  # else the library has said why, and the PyTorch path computes the same weights
+            logger.info("kernel ready after %.1f s; training", time.perf_counter() - started)
+    train_result = trainer.train(resume_from_checkpoint=resume)
+    time_box.raise_if_stopped()  # stopped before the last step: the checkpoint is saved, nothing else to do
+    trainer.log_metrics("train", train_result.metrics)
+    trainer.save_metrics("train", train_result.metrics)
+    trainer.save_state()
+    if training_args.should_save:
+        run_config["training"] = training_record(train_result.metrics, train_result.global_step)
+        if time_box.chunks > 1:  # trained in resumed chunks: the training time of all of them
+            run_config["training"].update(seconds=round(time_box.training_seconds, 1), chunks=time_box.chunks)
+        write_run_config(training_args.output_dir, run_config)
 
     # ---- evaluation of the selected model on every split, and the hub-ready export
     results = evaluate_splits(trainer, data, eval_splits)
@@ -206,8 +232,12 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
             json.dump(results, f, indent=2)
         if results:
             print("\n" + results_table(results) + "\n")
-        trainer.save_model(training_args.output_dir)  # the selected (best) model
-        export_model(training_args.output_dir, export_dir, eval_results=results, run_config=run_config)
+        trainer.save_model(training_args.output_dir)  # the selected (best) model; never pushed (NDRTrainer)
+        # the card's snippets name the repository the export goes to (Trainer resolved it when it was built)
+        repo_id = trainer.hub_model_id if training_args.push_to_hub else None
+        export_model(
+            training_args.output_dir, export_dir, eval_results=results, run_config=run_config, repo_id=repo_id
+        )
         if results:
             last = list(results)[-1]  # ood_test for the paper's tasks
             print(f"{last} accuracy: {results[last]['accuracy']:.4f}")
@@ -215,9 +245,9 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
             print("\n" + adaptive_summary + "\n")
         print(f"exported hub-ready model: {os.path.abspath(export_dir)}")
     if training_args.push_to_hub and training_args.should_save:
-        # Trainer.push_to_hub uploads output_dir (checkpoints and Trainer's own card); users should get the export
-        # folder with our card, so it is uploaded instead.
-        upload_folder(repo_id=training_args.hub_model_id, folder_path=export_dir, commit_message="NDR export")
+        # the export with ndr's card, once (Trainer would push output_dir and its own card; see NDRTrainer)
+        trainer.push_to_hub(commit_message="Upload the NDR export (training/train.py)", export_dir=export_dir)
+        print(f"pushed {os.path.abspath(export_dir)} to https://huggingface.co/{trainer.hub_model_id}")
     return results
 
 

@@ -12,13 +12,15 @@ from transformers import HfArgumentParser, TrainingArguments
 from ..tasks import TASK_NAMES
 from .devices import precision_defaults
 from .errors import UsageError
-from .presets import read_preset, variant_flags
+from .presets import default_preset, read_preset, variant_flags
 
 
 logger = logging.getLogger(__name__)
 # flags that only make sense with one source of data
 TASK_FLAGS = ("direction", "n_train", "n_eval", "task_seed")
 OWN_DATA_FLAGS = ("text_column", "label_column", "depth_column")
+# the flags that name your own data (any of them makes a run one on your data)
+OWN_DATA_SOURCES = ("dataset_name", "train_file", "validation_file", "test_file", "eval_files")
 
 
 @dataclass
@@ -119,7 +121,13 @@ class ModelArguments:
 class RunArguments:
     """What the run reads and writes besides the data and the model."""
 
-    preset: str | None = field(default=None, metadata={"help": "Name or path of a YAML/JSON preset."})
+    preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name or path of a YAML/JSON preset (configuration/NAME.yaml). Default: own_data for your own "
+            "data, own_data_finetune with --model_name_or_path; a new model on a paper's task needs one (ctl_cpu, ...)"
+        },
+    )
     variant: str | None = field(
         default=None,
         metadata={
@@ -190,9 +198,12 @@ def parse_arguments(argv: list[str]):
     parser = ArgumentParser(ARGUMENT_CLASSES)
     run_args, _ = ArgumentParser(RunArguments, add_help=False).parse_known_args(argv)  # --help: the full parser
     known = {f.name for dataclass_type in ARGUMENT_CLASSES for f in fields(dataclass_type)}
-    preset = read_preset(run_args.preset, known) if run_args.preset else {}
+    # no --preset: your data and fine-tuning train with the NDR's defaults for them (presets.default_preset)
+    preset_name = run_args.preset or implied_preset(argv)
+    preset = read_preset(preset_name, known) if preset_name else {}
     # a variant's own recipe for this task and preset (presets.py: its tasks:/presets: sections) over the preset
-    defaults = {**preset, **variant_flags(run_args.variant, variant_task(argv, preset), run_args.preset, known)}
+    defaults = {**preset, **variant_flags(run_args.variant, variant_task(argv, preset), preset_name, known)}
+    defaults["preset"] = preset_name  # the run records the preset it trains with, named or implied
     # argparse converts string defaults with the field's type, but not lists: keep those as they are
     parser.set_defaults(
         **{k: (str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in defaults.items()}
@@ -218,10 +229,18 @@ def variant_task(argv: list[str], preset: dict) -> str | None:
     """The task whose section of a variant's recipe applies: `--task`, else the preset's, else ctl; None when the
     command line names your own data (which replaces the preset's task, see `check_data_arguments`)."""
     data_args, _ = ArgumentParser(DataArguments, add_help=False).parse_known_args(argv)  # a Namespace
-    own_data_fields = ("dataset_name", "train_file", "validation_file", "test_file", "eval_files")
-    if any(getattr(data_args, name) or preset.get(name) for name in own_data_fields):
+    if any(getattr(data_args, name) or preset.get(name) for name in OWN_DATA_SOURCES):
         return None
     return data_args.task or preset.get("task") or "ctl"
+
+
+def implied_preset(argv: list[str]) -> str | None:
+    """The preset of a command line without `--preset` (`presets.default_preset`): `own_data` when it names your
+    data, `own_data_finetune` when it names `--model_name_or_path`, else None."""
+    data_args, _ = ArgumentParser(DataArguments, add_help=False).parse_known_args(argv)  # Namespaces
+    model_args, _ = ArgumentParser(ModelArguments, add_help=False).parse_known_args(argv)
+    own_data = any(getattr(data_args, name) for name in OWN_DATA_SOURCES)
+    return default_preset(own_data, fine_tuning=bool(model_args.model_name_or_path))
 
 
 def flags_on_command_line(argv: list[str]) -> set[str]:
@@ -308,6 +327,31 @@ def check_data_arguments(data_args: DataArguments, given: set[str], preset: dict
         if getattr(data_args, flag) and not data_args.depth_column:
             origin = f" (set by the preset; pass --{flag} false)" if flag not in given else ""
             raise UsageError(f"--{flag} needs --depth_column, the column of each sample's depth{origin}")
+
+
+def check_training_steps(training_args: TrainingArguments, data_args: DataArguments, given: set[str], preset: dict):
+    """Check that the run trains: a budget of steps (`--max_steps`) or epochs (`--num_train_epochs`, or `--do_train`
+    with Trainer's 3) from the command line or the preset. Your data and fine-tuning always have one (their default
+    presets); a new model on one of the paper's tasks without a preset has none, and would export an untrained model.
+
+    Args:
+        training_args: the run's `TrainingArguments`.
+        data_args: the run's data arguments (after `check_data_arguments`: `task` is set for the paper's tasks).
+        given: the flags given on the command line.
+        preset: the preset's values.
+    """
+    epochs = training_args.do_train or "num_train_epochs" in given or "num_train_epochs" in preset
+    if training_args.max_steps > 0 or (epochs and training_args.num_train_epochs > 0):
+        return
+    if epochs or "max_steps" in given or "max_steps" in preset:
+        budget = f"--max_steps {training_args.max_steps}, --num_train_epochs {training_args.num_train_epochs:g}"
+        raise UsageError(f"this command trains no step ({budget}): give --max_steps N or --num_train_epochs N, N > 0")
+    if preset:
+        raise UsageError("this command trains no step: its preset sets neither max_steps nor num_train_epochs")
+    raise UsageError(
+        f"this command trains no step: a new model on the {data_args.task} task takes its recipe from a preset "
+        f"(--preset {data_args.task}_cpu on a CPU; configuration/ holds the others) or its budget from --max_steps N"
+    )
 
 
 def check_best_metric(training_args: TrainingArguments, eval_splits: list[str], given: set[str]) -> None:

@@ -80,21 +80,35 @@ def results_table(eval_results: dict) -> str:
     return markdown_table(rows, ["split", "accuracy", *(f"depth {d}" for d in depths)])
 
 
+def data_files(task: dict) -> dict[str, str]:
+    """The files of a run's own data by split (`train`, `validation`, `test`, then `--eval_files` names)."""
+    files = {"train": task.get("train_file"), "validation": task.get("validation_file"), "test": task.get("test_file")}
+    files.update(item.split("=", 1) for item in task.get("eval_files") or () if "=" in item)
+    return {split: path for split, path in files.items() if path}
+
+
 def own_data_name(task: dict) -> str | None:
-    """The name of a run's own data (`--dataset_name`'s last part, else the training file's folder), or None for
-    the paper's tasks."""
+    """What the card calls a run's own data: `--dataset_name` as given, else its files' names (`train.jsonl,
+    ood_test.jsonl`; not their folder, which is often just `data`), or None for the paper's tasks."""
     if task.get("dataset_name"):
-        return task["dataset_name"].rstrip("/").split("/")[-1]
+        return task["dataset_name"]
     if task.get("train_file"):
-        return os.path.basename(os.path.dirname(os.path.abspath(task["train_file"])))
+        return ", ".join(os.path.basename(path) for path in data_files(task).values())
     return None
 
 
 def default_model_name(run_config: dict) -> str:
-    """`ndr-<task>` (`ndr-ctl-<direction>` for CTL; `ndr-<dataset or data folder>` for your own data)."""
+    """`ndr-<task>` (`ndr-ctl-<direction>` for CTL); for your own data `ndr-<dataset>` (`--dataset_name`'s last part)
+    or `ndr-<training file's name>` without a split word (`majority_train.jsonl`: `ndr-majority`), else `ndr-own-data`.
+    """
     task = run_config.get("task", {})
-    if (own := own_data_name(task)) is not None:
-        return "ndr-" + (re.sub(r"[^A-Za-z0-9._-]+", "-", own).strip("-") or "own-data")
+    if task.get("dataset_name") or task.get("train_file"):
+        if task.get("dataset_name"):
+            name = task["dataset_name"].rstrip("/").split("/")[-1]
+        else:  # the training file's name, less the split words that every data set has (train.jsonl: nothing left)
+            words = re.split(r"[^A-Za-z0-9]+", os.path.splitext(os.path.basename(task["train_file"]))[0])
+            name = "-".join(word for word in words if word and word.lower() not in ("train", "training", "data"))
+        return "ndr-" + (re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "own-data")
     name = task.get("task") or "ctl"
     return f"ndr-{name}-{task.get('direction') or 'forward'}" if name == "ctl" else f"ndr-{name}"
 
@@ -105,7 +119,11 @@ def task_description(task: dict) -> tuple[str, str]:
         config = f", {task['dataset_config_name']!r}" if task.get("dataset_config_name") else ""
         return task["dataset_name"], f"load_dataset({task['dataset_name']!r}{config})"
     if task.get("train_file"):
-        return f"own data ({own_data_name(task)})", f"--train_file {task['train_file']}"
+        flags = {"train": "--train_file", "validation": "--validation_file", "test": "--test_file"}
+        files = data_files(task)
+        named = [f"{flags[split]} {path}" for split, path in files.items() if split in flags]
+        extra = [f"{split}={path}" for split, path in files.items() if split not in flags]
+        return f"own data ({own_data_name(task)})", " ".join(named + (["--eval_files", *extra] if extra else []))
     task_name = task.get("task") or "ctl"
     options = {k: v for k, v in task.items() if k in ("direction", "n_train", "n_eval") and v is not None}
     call = f"load_task({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
@@ -135,7 +153,9 @@ def variant_description(config, variant: str | None, ignore: tuple[str, ...] = (
 def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) -> ModelCard:
     task = run_config.get("task", {})
     title, task_call = task_description(task)
-    dataset_name = default_model_name(run_config)
+    # your files are no Hub dataset: the card's metadata names the Hub dataset only where one was given
+    hub_dataset = task.get("dataset_name") if own_data_name(task) else default_model_name(run_config)
+    dataset_name = hub_dataset or os.path.basename(task["train_file"])
 
     def result(split: str, accuracy: float, **metric) -> EvalResult:
         return EvalResult(task_type="text-classification", dataset_type=dataset_name, dataset_name=title,
@@ -165,7 +185,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         tags=["ndr", "neural-data-router", "systematic-generalization", "length-generalization"]
         + ([task["task"]] if task.get("task") else [])
         + ([f"variant-{run_config['variant']}"] if run_config.get("variant") else []),
-        datasets=[dataset_name],
+        datasets=[hub_dataset] if hub_dataset else None,
         metrics=["accuracy"],
         eval_results=results,
     )

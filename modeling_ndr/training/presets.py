@@ -1,6 +1,8 @@
 """Presets and model variants: named sets of `train.py` flags in `configuration/NAME.yaml` (a preset with
 `base: OTHER` starts from preset OTHER's values), NDRConfig fields in `configuration/variants/NAME.yaml`, and the
-`--config_overrides "field=value,..."` string; `config_values` layers them into the NDRConfig fields of a run.
+`--config_overrides "field=value,..."` string; `config_values` layers them into the NDRConfig fields of a run. A
+command line without `--preset` gets `own_data` for your data or `own_data_finetune` for fine-tuning
+(`default_preset`); a preset file marked `internal: true` (a test fixture) loads by name but is not offered to users.
 
 A variant may also carry its own recipe: a `tasks:` section (`{task: {flag: value}}`, the paper's values for that
 variant on that task) and a `presets:` section (`{preset: {flag: value}}`, what changes under that preset, e.g. what
@@ -36,6 +38,9 @@ RENAMED_PRESETS = {
     "ctl_backward_cpu_long": "ctl_cpu_long",  # it trains both directions (both released CTL models)
     "ctl_backward_first_cpu": "ctl_backward_bos_cpu",  # the classifier reads [BOS]
 }
+# what a command line without --preset trains with (`default_preset`): a small NDR and a step budget that learn a toy
+# task in minutes on a CPU; fine-tuning takes the training flags only, with a gentler learning rate
+OWN_DATA_PRESET, FINE_TUNING_PRESET = "own_data", "own_data_finetune"
 # ModelArguments fields that are not NDRConfig fields (the others set the NDRConfig field of their name)
 NOT_CONFIG_FIELDS = ("model_name_or_path", "config_overrides")
 
@@ -62,8 +67,27 @@ def preset_path(name: str) -> str:
     for candidate in candidates:
         if os.path.isfile(candidate):
             return candidate
-    available = sorted(os.path.splitext(f)[0] for f in os.listdir(CONFIGURATION_DIR) if f.endswith((".yaml", ".json")))
-    raise UsageError(f"--preset {name!r} not found; available presets: {available}")
+    raise UsageError(f"--preset {name!r} not found; available presets: {available_presets()}")
+
+
+def available_presets() -> list[str]:
+    """The presets of `configuration/` a user may pick: every file but those marked `internal: true` (test fixtures,
+    which still load by name)."""
+    names = sorted(os.path.splitext(f)[0] for f in os.listdir(CONFIGURATION_DIR) if f.endswith((".yaml", ".json")))
+    return [
+        name
+        for name in names
+        if not read_mapping("--preset", preset_path(name), "flag names to values").get("internal")
+    ]
+
+
+def default_preset(own_data: bool, fine_tuning: bool) -> str | None:
+    """The preset of a command line that names none: `own_data` for your own data, `own_data_finetune` for
+    fine-tuning (`--model_name_or_path`, on your data or a task: its training flags only, the model is the
+    checkpoint's), None for a new model on one of the paper's tasks (each has its presets)."""
+    if fine_tuning:
+        return FINE_TUNING_PRESET
+    return OWN_DATA_PRESET if own_data else None
 
 
 def read_preset(name: str, known: set[str] | None = None, _children: tuple[str, ...] = ()) -> dict:
@@ -80,6 +104,7 @@ def read_preset(name: str, known: set[str] | None = None, _children: tuple[str, 
     if path in _children:
         raise UsageError(f"--preset {path}: its `base` chain loops back to it")
     values = read_mapping("--preset", path, "flag names to values")
+    values.pop("internal", None)  # a test fixture's mark (see `available_presets`), not a flag
     if "base" in values:
         values = {**read_preset(values.pop("base"), None, _children + (path,)), **values}
     if known is not None and (unknown := sorted(set(values) - known)):

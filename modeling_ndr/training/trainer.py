@@ -12,10 +12,14 @@ Use them in your own Trainer script:
                          compute_metrics=metrics_function(load_depth_accuracy()), balance_depths=True)
 """
 
+import os
+
 import numpy as np
 import torch
 from transformers import EvalPrediction, Trainer
 from transformers.trainer_pt_utils import get_length_grouped_indices
+from transformers.trainer_utils import HubStrategy
+from transformers.utils import PushInProgress, hf_api
 
 from ..metrics import DEPTH_ACCURACY
 from ..tasks import SPLIT_NAMES
@@ -192,8 +196,15 @@ class NDRTrainer(Trainer):
     `balance_depths=True` the training samples are drawn uniformly over depths. The `depth` column travels with the
     batch to `compute_metrics` (it is one of `label_names`) but never reaches the model.
 
-    Two private Trainer methods are overridden (`_get_train_sampler`, `_determine_best_metric`); tests/test_trainer.py
-    pins their signatures and behaviour, so a transformers release that changes them fails there.
+    With `push_to_hub`, the Hub gets the hub-ready export folder with ndr's card, once (`push_to_hub`, which train.py
+    calls after the export), not `output_dir` with Trainer's card at every save and in `save_model`; checkpoints are
+    uploaded only where `hub_strategy` asks for them (`checkpoint`: into `last-checkpoint/`, `all_checkpoints`: each
+    into its own folder, as Trainer does). Trainer creates the repository when it is built (`--hub_model_id`, else
+    the output folder's name in your namespace; `--hub_token`, `--hub_private_repo`), so a bad token fails at once.
+
+    Three private Trainer methods are overridden (`_get_train_sampler`, `_determine_best_metric`,
+    `_push_from_checkpoint`); tests/test_trainer.py pins their signatures and behaviour, so a transformers release
+    that changes them fails there.
 
     Args:
         balance_depths: draw training samples uniformly over the `depth` column (see `balanced_sampler`).
@@ -226,6 +237,80 @@ class NDRTrainer(Trainer):
             self.state.best_global_step = self.state.global_step
             return True
         return super()._determine_best_metric(metrics, trial)
+
+    # ---- the Hub: the export folder once, checkpoints only when hub_strategy asks for them
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        # Trainer's save_model also pushes output_dir with Trainer's card; here the Hub gets the export (push_to_hub)
+        super().save_model(output_dir, _internal_call=True)
+
+    def push_to_hub(
+        self,
+        commit_message: str | None = "End of training",
+        blocking: bool = True,
+        token: str | None = None,
+        revision: str | None = None,
+        private: bool | None = None,
+        export_dir: str | None = None,
+    ):
+        """Upload the hub-ready export folder (`export_model`: weights, config, tokenizer, modeling code, ndr's model
+        card and results) to the run's repository, `self.hub_model_id` — where `Trainer.push_to_hub` uploads
+        `output_dir` with a card of its own.
+
+        Args:
+            commit_message: the commit's message.
+            blocking: wait for the upload (False: return a `Future`).
+            token: a token with write access (default `--hub_token`, else the one `huggingface_hub` finds).
+            revision: the branch (default `--hub_revision`, else main).
+            private: whether a repository created now is private (default `--hub_private_repo`).
+            export_dir: the folder to upload (default `output_dir/export`, where train.py writes it).
+
+        Returns:
+            `huggingface_hub`'s `CommitInfo` (a `Future` of it if not `blocking`); None on processes other than the
+            main one.
+        """
+        export_dir = export_dir or os.path.join(self.args.output_dir, "export")
+        if not os.path.isfile(os.path.join(export_dir, "README.md")):
+            raise FileNotFoundError(f"{export_dir}: no export with its model card there (export_model writes one)")
+        token = token if token is not None else self.args.hub_token
+        if self.hub_model_id is None:  # push_to_hub was off when the Trainer was built
+            self.init_hf_repo(token=token, private=private)
+        if not self.is_world_process_zero():
+            return None
+        self._finish_current_push()  # a checkpoint still uploading lands first
+        return hf_api().upload_folder(
+            repo_id=self.hub_model_id,
+            folder_path=export_dir,
+            commit_message=commit_message,
+            token=token,
+            run_as_future=not blocking,
+            revision=revision or self.args.hub_revision,
+        )
+
+    def _push_from_checkpoint(self, checkpoint_folder):
+        # Trainer uploads output_dir (the model copied there, its own files, anything else in the folder) at every
+        # save, and the checkpoint too with hub_strategy checkpoint/all_checkpoints; here only that checkpoint is
+        # uploaded, and only with those two
+        strategy = self.args.hub_strategy
+        if not self.is_world_process_zero() or strategy not in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
+            return
+        if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
+            return  # as Trainer: the previous upload is still running, this save is skipped
+        job = hf_api().upload_folder(
+            repo_id=self.hub_model_id,
+            folder_path=checkpoint_folder,
+            path_in_repo="last-checkpoint"
+            if strategy == HubStrategy.CHECKPOINT
+            else os.path.basename(checkpoint_folder),
+            commit_message=f"Training in progress, step {self.state.global_step}, checkpoint",
+            token=self.args.hub_token,
+            run_as_future=True,
+            revision=self.args.hub_revision,
+        )
+        if self.push_in_progress is None or self.push_in_progress.is_done():
+            self.push_in_progress = PushInProgress([job])
+        else:
+            self.push_in_progress.jobs.append(job)
 
 
 def evaluate_splits(trainer: Trainer, data, splits) -> dict:

@@ -91,12 +91,12 @@ def main():
             results[name] = json.load(f)
     if not args.skip_trainer_snippet:
         name = "fine-tuned with the plain Trainer snippet"
-        command = [python, os.path.join(HERE, "finetune_with_trainer.py"), args.demo_model, data]
-        print("\n$ " + shlex.join(command + [os.path.join(args.output_dir, "trainer")]), flush=True)
+        trainer_dir = os.path.join(args.output_dir, "trainer")
+        command = [python, os.path.join(HERE, "finetune_with_trainer.py"), "--model", args.demo_model,
+                   "--data_dir", data, "--output_dir", trainer_dir, "--max_steps", args.max_steps]  # fmt: skip
+        print("\n$ " + shlex.join(command), flush=True)
         start = time.perf_counter()
-        completed = subprocess.run(
-            command + [os.path.join(args.output_dir, "trainer")], check=True, capture_output=True, text=True
-        )
+        completed = subprocess.run(command, check=True, capture_output=True, text=True)
         times[name] = time.perf_counter() - start
         print(completed.stdout)
         # the snippet prints `split accuracy {depth: accuracy, ...}` for each split
