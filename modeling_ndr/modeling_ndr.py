@@ -29,7 +29,7 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.utils import ModelOutput, can_return_tuple
+from transformers.utils import ModelOutput, auto_docstring, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention_ndr import (
@@ -219,9 +219,25 @@ class NDRModelOutput(ModelOutput):
 @dataclass
 class NDRSequenceClassifierOutput(ModelOutput):
     r"""
-    Outputs of [`NDRForSequenceClassification`]: `loss` (when labels are given; with ACT it includes
-    `act_ponder_weight` times the mean ponder cost), `logits` of shape `(batch, num_labels)`, and the other fields as
-    in [`NDRModelOutput`].
+    Outputs of [`NDRForSequenceClassification`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `(1,)`, *optional*, returned when `labels` are given):
+            The loss of `config.problem_type`; with ACT it includes `act_ponder_weight` times the mean ponder cost.
+        logits (`torch.FloatTensor` of shape `(batch, num_labels)`):
+            The classifier's scores of the readout column (before the softmax).
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+            As in [`NDRModelOutput`].
+        attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+            As in [`NDRModelOutput`].
+        gates (`tuple(torch.FloatTensor)`, *optional*, returned with `output_gates=True`):
+            As in [`NDRModelOutput`].
+        ponder_cost (`torch.FloatTensor` of shape `(batch,)`, *optional*, with `halting="act"`):
+            As in [`NDRModelOutput`].
+        halting_steps (`torch.LongTensor` of shape `(batch, seq)`, *optional*, with `halting="act"`):
+            As in [`NDRModelOutput`].
+        num_steps_taken (`torch.LongTensor` of shape `(batch,)`, *optional*, with adaptive steps):
+            As in [`NDRModelOutput`].
     """
 
     loss: torch.FloatTensor | None = None
@@ -462,6 +478,20 @@ def relative_state_change(new: torch.Tensor, old: torch.Tensor, real_columns: to
     return change.masked_fill(~real_columns, 0.0).amax(dim=-1)
 
 
+# The forward arguments that are the NDR's own; transformers' `auto_docstring` writes the standard ones.
+NDR_FORWARD_ARGS = r"""
+    num_steps (`int`, *optional*):
+        How often to apply the layer (with ACT or adaptive steps: at most); defaults to `config.num_hidden_layers` in
+        training and to `config.eval_num_hidden_layers` (if set) otherwise; with adaptive steps to
+        `config.max_adaptive_steps` (default twice `num_hidden_layers`).
+    adaptive_steps (`bool`, *optional*):
+        At inference, run each sample until its state stops changing; defaults to `config.adaptive_steps`. Ignored in
+        training.
+    output_gates (`bool`, *optional*):
+        Whether to return every step's copy gates (1 = take the update, 0 = copy); defaults to `config.output_gates`.
+"""
+
+
 class NDRModel(NDRPreTrainedModel):
     """The NDR encoder: token embeddings (no positional embedding, except for `position_encoding="absolute"`) and one
     shared layer applied step after step: a fixed number of steps, ACT halting, or at inference until done."""
@@ -482,6 +512,13 @@ class NDRModel(NDRPreTrainedModel):
         self.embeddings = value
 
     @capture_outputs
+    @auto_docstring(
+        custom_intro="""
+        Run the shared layer step after step over the embedded input (`[BOS] ... [EOS]`). `return_dict=False` gives a
+        tuple instead of an [`NDRModelOutput`].
+        """,
+        custom_args=NDR_FORWARD_ARGS,
+    )
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -493,28 +530,6 @@ class NDRModel(NDRPreTrainedModel):
         output_hidden_states: bool | None = None,
         output_gates: bool | None = None,
     ) -> NDRModelOutput:
-        r"""
-        Run the shared layer step after step over the embedded input. `return_dict=False` (a keyword every
-        transformers model takes) gives a tuple instead of an [`NDRModelOutput`].
-
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch, seq)`): token ids, `[BOS] ... [EOS]`.
-            attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*): 1 for tokens, 0 for padding.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch, seq, hidden)`, *optional*): instead of `input_ids`.
-            num_steps (`int`, *optional*): how often to apply the layer (with ACT or adaptive steps: at most); defaults
-                to `config.num_hidden_layers` in training and to `config.eval_num_hidden_layers` (if set) otherwise;
-                with adaptive steps to `config.max_adaptive_steps` (default twice `num_hidden_layers`).
-            adaptive_steps (`bool`, *optional*): at inference, run each sample until its state stops changing;
-                defaults to `config.adaptive_steps`. Ignored in training.
-            output_attentions (`bool`, *optional*): return every step's attention weights; defaults to
-                `config.output_attentions`.
-            output_hidden_states (`bool`, *optional*): return the state after every step; defaults to
-                `config.output_hidden_states`.
-            output_gates (`bool`, *optional*): return every step's copy gates; defaults to `config.output_gates`.
-
-        Returns:
-            [`NDRModelOutput`].
-        """
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
         if may_read_values(self.training, (input_ids if input_ids is not None else inputs_embeds).device):
             check_input_values(attention_mask)
@@ -697,6 +712,13 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         self.ndr.embeddings = value
 
     @can_return_tuple
+    @auto_docstring(
+        custom_intro="""
+        Classify each sequence from the column `config.readout` names; the loss follows `config.problem_type`
+        (single-label, multi-label or regression) as in other transformers models.
+        """,
+        custom_args=NDR_FORWARD_ARGS,
+    )
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -709,17 +731,6 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         output_hidden_states: bool | None = None,
         output_gates: bool | None = None,
     ) -> NDRSequenceClassifierOutput:
-        r"""
-        Classify each sequence from the column `config.readout` names. The arguments other than `labels` are those
-        of [`NDRModel.forward`].
-
-        Args:
-            labels (`torch.Tensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*): targets; the loss
-                follows `config.problem_type` (single-label, multi-label or regression) as in other HF models.
-
-        Returns:
-            [`NDRSequenceClassifierOutput`].
-        """
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
         device = (input_ids if input_ids is not None else inputs_embeds).device
         if may_read_values(self.training, device):
