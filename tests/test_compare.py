@@ -33,6 +33,7 @@ def test_every_variant_end_to_end_writes_the_results_as_data(tmp_path):
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
 
     table = json.loads((results / "compare_ctl_forward.json").read_text())
+    details = json.loads((results / "compare_ctl_forward_details.json").read_text())
     assert list(table) == list(compare.PAPER_VARIANTS), "every variant, in the paper's order"
     for variant, accuracy in table.items():
         assert list(accuracy) == [*compare.SPLITS, "ood_test_as_loaded", "deeper_as_loaded"], variant
@@ -40,11 +41,12 @@ def test_every_variant_end_to_end_writes_the_results_as_data(tmp_path):
         assert 0 <= accuracy["ood_test_as_loaded"] <= 1, f"{variant}: its export's ood_test"
         if variant.endswith("_act"):  # ACT chooses its own steps: the export is the model as trained
             assert accuracy["deeper_as_loaded"] is None and accuracy["ood_test_as_loaded"] == accuracy["ood_test"]
-        else:  # a CTL export measures 11 and 12 functions, with adaptive steps where ood_valid allows them
+        elif details[variant]["as_loaded"]["adaptive_steps"]:  # a CTL export with adaptive steps: 11-12 functions
             assert 0 <= accuracy["deeper_as_loaded"] <= 1, variant
-    details = json.loads((results / "compare_ctl_forward_details.json").read_text())
+        else:  # fixed steps did better on ood_valid (2 training steps: chance either way), so the export keeps them
+            assert accuracy["deeper_as_loaded"] is None, f"{variant}: measured only with adaptive steps"
     assert details["transformer"]["recipe"]["layers"] == 2, "flags after -- win over the variant's recipe"
-    assert details["ndr_act"]["recipe"]["eval layers"] == 3, "the flag wins over the ACT variants' cap of 28"
+    assert details["ndr_act"]["recipe"]["eval layers"] == 3, "the flag wins over the ACT variants' cap"
     assert details["transformer"]["recipe"]["heads"] == 4 and details["ndr"]["recipe"]["heads"] == 1, "own recipes"
     for variant in ("ndr_act", "transformer_act"):
         steps = details[variant]["mean_ponder_steps"]
@@ -132,9 +134,59 @@ def test_each_variant_gets_its_own_recipe_for_ctl_cpu():
     assert transformer["ponder"] is None and gated["layers"] == 14
     act = compare.recipe(args, "ndr_act", [])
     assert act["ponder"] > 0 and act["ponder_warmup"][0] is not None, "ACT: the ponder weight is warmed up"
-    assert act["eval layers"] == 28 and ndr["eval layers"] is None, "ACT's cap at evaluation: twice the steps"
-    assert compare.recipe(args, "transformer_act", [])["eval layers"] == 28
+    assert act["eval layers"] is None and ndr["eval layers"] is None, "ACT's cap at evaluation: the training steps"
     assert compare.recipe(args, "transformer", ["--learning_rate", "0.5"])["lr"] == 0.5, "flags win"
+
+
+def test_the_baselines_start_and_drop_out_as_the_official_code_s_and_the_ndr_as_released():
+    compare = load_compare()
+    args = compare.argparse.Namespace(preset="ctl_cpu", direction="forward", nproc=2, output_dir="outputs/x")
+    recipes = {variant: compare.recipe(args, variant, []) for variant in compare.PAPER_VARIANTS}
+    for variant in ("transformer", "rel", "rel_gate", "absrel_gate", "geom_att", "transformer_act"):
+        assert recipes[variant]["init"] == "official", (
+            f"{variant}: the paper's baselines as the official code starts them"
+        )
+    for variant in ("ndr", "ndr_metric", "ndr_act"):
+        assert recipes[variant]["init"] == "ndr", f"{variant}: the release's init (and committed results) stay"
+    assert recipes["rel"]["emb. init"] == recipes["geom_att"]["emb. init"] == "kaiming", "their sweeps' embedding_init"
+    assert recipes["transformer"]["emb. init"] == "normal", "the official create_model gives universal no einit"
+    assert recipes["transformer"]["emb. drop"] == recipes["transformer_act"]["emb. drop"] == 0.1, "PositionalEncoding"
+    assert recipes["transformer"]["att. drop"] == 0 and recipes["rel"]["emb. drop"] == 0
+    transformer_act = recipes["transformer_act"]
+    assert (transformer_act["ponder cost"], transformer_act["ponder"]) == ("official", 0.03), "act_universal's loss"
+    assert transformer_act["eval layers"] is None, "evaluated with the 14 steps it trains with, as the official code"
+    assert recipes["transformer"]["precision"] in ("fp32", "bf16"), "ctl_cpu's precision: auto, as this CPU has it"
+
+
+def test_act_eval_steps_raises_the_ACT_variants_cap_only():
+    compare = load_compare()
+    args = compare.argparse.Namespace(preset="ctl_cpu", direction="forward", nproc=2, output_dir="outputs/x",
+                                      act_eval_steps=28)  # fmt: skip
+    assert compare.recipe(args, "ndr_act", [])["eval layers"] == 28
+    assert compare.recipe(args, "transformer_act", [])["eval layers"] == 28
+    assert compare.recipe(args, "ndr", [])["eval layers"] is None, "not the variants without ACT"
+    assert compare.recipe(args, "ndr_act", ["--eval_num_hidden_layers", "20"])["eval layers"] == 20, "flags win"
+
+
+def test_a_record_from_before_a_recipe_column_existed_is_read_with_the_value_it_had_then():
+    compare = load_compare()
+    args = compare.argparse.Namespace(preset="ctl_cpu", direction="forward", nproc=2, output_dir="outputs/x")
+
+    def recorded_before_the_columns(recipe):
+        record = json.loads(json.dumps(recipe))
+        for column in ("init", "emb. init", "emb. drop", "ponder cost", "precision"):
+            del record[column]
+        return record
+
+    ndr = {**json.loads(json.dumps(compare.recipe(args, "ndr", []))), "precision": "fp32"}  # a CPU without bf16
+    assert compare.same_recipe(recorded_before_the_columns(ndr), ndr), "the release's init, no embedding dropout"
+    assert not compare.same_recipe(recorded_before_the_columns(ndr), {**ndr, "precision": "bf16"}), "bf16: again"
+    for variant in ("transformer", "transformer_act"):
+        wanted = json.loads(json.dumps(compare.recipe(args, variant, [])))
+        assert not compare.same_recipe(recorded_before_the_columns(wanted), wanted), f"{variant}: trained again"
+    act = {**json.loads(json.dumps(compare.recipe(args, "ndr_act", []))), "precision": "fp32"}
+    assert compare.same_recipe(recorded_before_the_columns(act), act), "ACT's ponder cost was the NDR's then"
+    assert not compare.same_recipe(recorded_before_the_columns(act), {**act, "ponder cost": "official"})
 
 
 def test_a_bad_variant_is_one_line_before_anything_trains(tmp_path):
@@ -156,3 +208,33 @@ def test_curves_only_for_variants_that_did_not_fit(tmp_path, fits):
     path.write_bytes(b"stale")
     assert write_curves(str(path), {"transformer": run}, "t") is (not fits)
     assert path.exists() is (not fits), "a stale figure does not outlive the variants it showed"
+
+
+def test_the_paper_s_numbers_stand_beside_ours_for_the_paper_s_variants_only(tmp_path):
+    from modeling_ndr.training.comparison import PAPER_CTL, write_paper_comparison
+
+    table = {"transformer": {"iid_test": 0.5, "ood_valid": 0.2, "ood_test": 0.1}, "ndr_act": {"iid_test": 1.0,
+             "ood_valid": 1.0, "ood_test": 0.9}}  # fmt: skip
+    for direction in ("forward", "backward"):
+        data = tmp_path / f"compare_ctl_{direction}.json"
+        data.write_text(json.dumps(table))
+        beside_file, figure = write_paper_comparison(str(data))
+        beside = json.loads(Path(beside_file).read_text())
+        iid, longer = PAPER_CTL[direction]["transformer"]
+        assert beside["transformer"] == {"iid_test": 0.5, "iid_test (paper)": iid, "ood_valid": 0.2, "ood_test": 0.1,
+                                         "ood_test (paper)": longer}, direction  # fmt: skip
+        assert beside["ndr_act"]["ood_test (paper)"] is None, "not one of the paper's variants"
+        assert Path(figure).stat().st_size > 1000 and json.loads(data.read_text()) == table, "the data is read only"
+    assert PAPER_CTL["forward"]["transformer"] != PAPER_CTL["backward"]["transformer"], "each direction its own"
+
+
+def test_the_committed_comparison_beside_the_paper_is_what_its_data_gives(tmp_path):
+    from modeling_ndr.training.comparison import write_paper_comparison
+
+    results = REPO / "docs" / "results"
+    shutil.copyfile(results / "compare_ctl_forward.json", tmp_path / "compare_ctl_forward.json")
+    beside_file, _ = write_paper_comparison(str(tmp_path / "compare_ctl_forward.json"))
+    committed = json.loads((results / "compare_ctl_forward_paper.json").read_text())
+    assert json.loads(Path(beside_file).read_text()) == committed, "redraw: python -m modeling_ndr.training.comparison"
+    page = (REPO / "docs" / "results" / "ctl-comparison.md").read_text()
+    assert "<!-- table: compare_ctl_forward_paper.json -->" in page and "compare_ctl_forward_paper.png" in page

@@ -6,7 +6,10 @@
 Each variant (`configuration/variants/NAME.yaml`) is trained by `training/train.py --preset P --variant NAME` (two
 CPU processes by default, as `make demo`) into `OUTPUT_DIR/NAME/`, with the variant's own recipe for the task and the
 preset (its `tasks:` and `presets:` sections: layers, heads, width, learning rate, weight decay, dropouts, batch and
-steps; precedence in `modeling_ndr.training.presets`). A variant trained before with the same recipe is not trained
+steps; precedence in `modeling_ndr.training.presets`; the paper's baselines also start as the official code starts
+them, `init_style: official`), in the precision the preset asks for (`ctl_cpu`: `auto`, bf16 on a CPU with native
+bf16). The ACT variants evaluate with at most the steps they train with, as the official code does;
+`--act_eval_steps 28` gives them twice as many. A variant trained before with the same recipe is not trained
 again, one interrupted is resumed from its last checkpoint, and one trained with another recipe is moved aside and
 trained afresh (`--retrain` forces that; `train_variant`). With `--results_dir`, a variant recorded there with its
 current recipe and not run in OUTPUT_DIR is taken from the record (`recorded_run`): a committed comparison is
@@ -41,6 +44,7 @@ from modeling_ndr.training.comparison import (  # noqa: F401  (PAPER_VARIANTS, F
     FIT,
     PAPER_VARIANTS,
     RECIPE_COLUMNS,
+    RECORDED_BEFORE,
     SPLITS,
     results_name,
     write_outputs,
@@ -57,6 +61,8 @@ def train_flags(args, variant: str, output_dir: str) -> list[str]:
         flags += ["--direction", args.direction]
     if args.nproc > 1:
         flags += ["--use_cpu", "--ddp_find_unused_parameters", "false"]
+    if getattr(args, "act_eval_steps", None) and read_variant(variant, None, args.preset).get("halting") == "act":
+        flags += ["--eval_num_hidden_layers", str(args.act_eval_steps)]
     return flags
 
 
@@ -76,7 +82,8 @@ def train_command(args, variant: str, output_dir: str, extra: list[str]) -> tupl
 def recipe(args, variant: str, extra: list[str]) -> dict:
     """The hyperparameters a variant's run trains with, resolved as `train.py` resolves them (preset, variant recipe,
     flags): `{column: value}` for the `RECIPE_COLUMNS` (the batch is the global one, over `args.nproc` processes;
-    `ponder` is None without ACT), plus `ponder_warmup`: `(--ponder_warmup_loss, --ponder_warmup_steps)` with ACT."""
+    `ponder` and `ponder cost` are None without ACT), plus `ponder_warmup`: `(--ponder_warmup_loss,
+    --ponder_warmup_steps)` with ACT."""
     argv = train_flags(args, variant, os.path.join(args.output_dir, variant)) + list(extra)
     data_args, model_args, run_args, training_args, _ = parse_arguments(argv)
     given = flags_on_command_line(argv)
@@ -93,12 +100,15 @@ def recipe(args, variant: str, extra: list[str]) -> dict:
     for column, name in RECIPE_COLUMNS:
         if name == "total_batch":
             found[column] = total_batch
+        elif name == "precision":  # what --precision (the presets: auto) stands for on this machine
+            found[column] = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
         elif hasattr(config, name):
             found[column] = getattr(config, name)
         else:
             found[column] = getattr(training_args, name)
     found["gate drop"] = config.gate_dropout if config.copy_gate else None
     found["ponder"] = config.act_ponder_weight if act else None
+    found["ponder cost"] = config.act_ponder_cost if act else None
     found["ponder_warmup"] = [run_args.ponder_warmup_loss, run_args.ponder_warmup_steps] if act else None
     # the data the run evaluates on, for measuring ACT's ponder steps on the same samples
     found["data"] = {"task": task, "direction": data_args.direction, "task_seed": data_args.task_seed,
@@ -108,8 +118,13 @@ def recipe(args, variant: str, extra: list[str]) -> dict:
 
 def same_recipe(recorded: dict | None, wanted: dict) -> bool:
     """Whether a recorded recipe is `wanted` (both as JSON holds them). A record written before a recipe column
-    existed is read with that column at None, the field's default then."""
-    return recorded is not None and {**dict.fromkeys(wanted), **recorded} == wanted
+    existed is read with that column at the value it had then: `RECORDED_BEFORE`'s, else None."""
+    if recorded is None:
+        return False
+    before = {**dict.fromkeys(wanted), **{k: v for k, v in RECORDED_BEFORE.items() if k in wanted}}
+    if "ponder cost" in wanted and recorded.get("ponder") is not None:
+        before["ponder cost"] = "ndr"  # the only ponder cost there was
+    return {**before, **recorded} == wanted
 
 
 def train_variant(args, variant: str, extra: list[str], found: dict, finished_only: bool = False) -> dict | None:
@@ -302,6 +317,12 @@ def main(argv: list[str] | None = None):
         "--report_only", action="store_true", help="train nothing: write the outputs from the variants finished so far"
     )
     parser.add_argument("--results_dir", help="also write compare_<task>[_<direction>].json/.png/... here")
+    parser.add_argument(
+        "--act_eval_steps",
+        type=int,
+        help="ACT variants: the most steps at evaluation (default: their recipe's, the steps they train with, as the "
+        "official code evaluates; 28 = twice that on CTL, where the read-out column's halting is not cut off)",
+    )
     parser.add_argument("--image", help="also copy the accuracy-per-depth plot to this path")
     args = parser.parse_args(argv)
     args.output_dir = args.output_dir or os.path.join(

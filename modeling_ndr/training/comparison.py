@@ -2,8 +2,10 @@
 
 `write_outputs(args, runs, extra, task)` writes, for the variants finished so far, `comparison.md` (accuracy per
 variant and split, with the step count each trained with and as its export loads; per depth; recipes; ACT's ponder
-steps), `comparison.png` (accuracy per depth), `curves.png` (learning curves of the variants below `FIT` on
-iid_test) and, with `args.results_dir`, the same as data (`compare_<task>[_<direction>].json`, `_details.json`).
+steps; the paper's numbers beside ours), `comparison.png` (accuracy per depth), `curves.png` (learning curves of the
+variants below `FIT` on iid_test) and, with `args.results_dir`, the same as data (`compare_<task>[_<direction>].json`,
+`_details.json`) and the paper's comparison redrawn from it (`_paper.json`, `_paper.png`: `write_paper_comparison`,
+which `python -m modeling_ndr.training.comparison FILE` runs on committed data).
 A run is the dict `training/compare.py` builds per variant: `{"results": {split: {"accuracy", "by_depth"}},
 "as_loaded": {...}, "seconds": s, "recipe": {column: value}, "curve": {...}, "mean_steps": {...} or None}`.
 """
@@ -26,13 +28,32 @@ PAPER_VARIANTS = (
 )  # fmt: skip
 SPLITS = ("iid_test", "ood_valid", "ood_test")
 FIT = 0.95  # iid_test accuracy from which a variant counts as fitting the training distribution
-# what the recipe table shows: (column, NDRConfig field or TrainingArguments attribute)
+# what the recipe table shows: (column, NDRConfig field or TrainingArguments attribute; precision: bf16, fp16 or fp32)
 RECIPE_COLUMNS = (
     ("steps", "max_steps"), ("batch", "total_batch"), ("lr", "learning_rate"), ("wd", "weight_decay"),
     ("layers", "num_hidden_layers"), ("eval layers", "eval_num_hidden_layers"), ("heads", "num_attention_heads"),
     ("d", "hidden_size"), ("d_ff", "intermediate_size"), ("dropout", "hidden_dropout_prob"),
-    ("att. drop", "attention_dropout"), ("gate drop", "gate_dropout"), ("ponder", "act_ponder_weight"),
+    ("att. drop", "attention_dropout"), ("emb. drop", "embedding_dropout"), ("gate drop", "gate_dropout"),
+    ("init", "init_style"), ("emb. init", "embedding_init"), ("ponder", "act_ponder_weight"),
+    ("ponder cost", "act_ponder_cost"), ("precision", "precision"),
 )  # fmt: skip
+# The paper's CTL results (Csordas et al. 2022, Table 1: mean of 5 seeds, its GPU recipe) per direction: (iid, the
+# "longer" test split of depths 9-10, which is our ood_test). Its ACT models are in its appendix, and ndr_metric and
+# ndr_act are not the paper's, so those have none.
+PAPER_CTL = {
+    "forward": {"transformer": (1.00, 0.13), "rel": (1.00, 0.23), "rel_gate": (1.00, 0.99),
+                "absrel_gate": (1.00, 0.98), "geom_att": (0.96, 0.16), "ndr": (1.00, 1.00)},
+    "backward": {"transformer": (0.82, 0.12), "rel": (1.00, 0.13), "rel_gate": (1.00, 0.19),
+                 "absrel_gate": (1.00, 0.98), "geom_att": (0.93, 0.15), "ndr": (1.00, 1.00)},
+}  # fmt: skip
+# The value each column had in the runs recorded before it existed (a record without it is read with this value;
+# columns not named here were None then). "ponder cost" was "ndr" for the ACT variants (those with a ponder weight).
+RECORDED_BEFORE = {"emb. drop": 0.0, "init": "ndr", "emb. init": "normal", "precision": "fp32"}
+
+
+def recipe_cell(value) -> str:
+    """A recipe value as the table shows it: a number with `:g`, a name as it is, nothing for None."""
+    return "" if value is None else value if isinstance(value, str) else f"{value:g}"
 
 
 def minutes(seconds: float | None) -> str:
@@ -84,7 +105,7 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
     lines += ["Recipes (batch: the global batch; ponder: ACT's final ponder weight):", ""]
     rows = []
     for variant, run in runs.items():
-        cells = ["" if run["recipe"][column] is None else f"{run['recipe'][column]:g}" for column, _ in RECIPE_COLUMNS]
+        cells = [recipe_cell(run["recipe"].get(column, RECORDED_BEFORE.get(column))) for column, _ in RECIPE_COLUMNS]
         rows.append([variant, *cells])
     lines.append(markdown_table(rows, ["variant", *(column for column, _ in RECIPE_COLUMNS)]))
     act = {variant: run["mean_steps"] for variant, run in runs.items() if run.get("mean_steps")}
@@ -99,6 +120,15 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
                 cells = [f"{per_depth[d]:.2f}" if d in per_depth else "" for d in depths]
                 rows.append([variant, split, f"{values[key]:.2f}", *cells])
         lines += ["", markdown_table(rows, ["variant", "split", "mean", *(f"depth {d}" for d in depths)])]
+    table = {v: {split: run["results"][split]["accuracy"] for split in SPLITS} for v, run in runs.items()}
+    beside = beside_the_paper(table, task, args.direction)
+    if any(values[f"{split} (paper)"] is not None for values in beside.values() for split in ("iid_test", "ood_test")):
+        lines += ["", "Beside the paper's numbers (its Table 1: iid, and the longer compositions as ood_test; – where "
+                  "it has none):", ""]  # fmt: skip
+        columns = list(next(iter(beside.values())))
+        rows = [[variant, *("–" if values[c] is None else f"{values[c]:.3f}" for c in columns)]
+                for variant, values in beside.items()]  # fmt: skip
+        lines.append(markdown_table(rows, ["variant", *columns]))
     unfit = [variant for variant, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT]
     if unfit:
         lines += ["", f"Below {FIT} on iid_test (learning curves in curves.png): " + ", ".join(unfit) + "."]
@@ -106,6 +136,71 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
     with open(path, "w") as f:
         f.write(text)
     return text
+
+
+def beside_the_paper(table: dict, task: str, direction: str | None) -> dict:
+    """The comparison's accuracies with the paper's beside them.
+
+    Args:
+        table: `{variant: {split: accuracy}}`, as `compare_<task>[_<direction>].json` holds it.
+        task: the comparison's task; the paper's numbers are CTL's (`PAPER_CTL`).
+        direction: CTL's direction (None: forward, CTL's default).
+
+    Returns:
+        `{variant: {"iid_test": ours, "iid_test (paper)": ..., "ood_valid": ours, "ood_test": ours,
+        "ood_test (paper)": ...}}`, the paper's None where it has no number (it reports no ood_valid).
+    """
+    paper = PAPER_CTL.get(direction or "forward", {}) if task == "ctl" else {}
+    rows = {}
+    for variant, accuracy in table.items():
+        iid, longer = paper.get(variant, (None, None))
+        rows[variant] = {"iid_test": accuracy["iid_test"], "iid_test (paper)": iid, "ood_valid": accuracy["ood_valid"],
+                         "ood_test": accuracy["ood_test"], "ood_test (paper)": longer}  # fmt: skip
+    return rows
+
+
+def write_paper_figure(path: str, beside: dict, title: str):
+    """The paper's comparison redrawn from the data: per variant, our accuracy on each split (solid bars) and the
+    paper's on iid and the longer compositions (hatched, beside ours), chance dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = [("iid_test", "C0", ""), ("iid_test (paper)", "C0", "//"), ("ood_valid", "C1", ""),
+            ("ood_test", "C2", ""), ("ood_test (paper)", "C2", "//")]  # fmt: skip
+    width = 0.8 / len(bars)
+    figure, axis = plt.subplots(figsize=(max(6.0, 1.1 * len(beside)), 4.0), constrained_layout=True)
+    for index, (column, color, hatch) in enumerate(bars):
+        points = [(i, values[column]) for i, values in enumerate(beside.values()) if values[column] is not None]
+        if points:
+            positions, heights = zip(*points)
+            axis.bar([p + (index - (len(bars) - 1) / 2) * width for p in positions], heights, width, color=color,
+                     alpha=0.45 if hatch else 1.0, hatch=hatch, edgecolor=color, label=column)  # fmt: skip
+    axis.axhline(1 / 8, color="0.5", linestyle=":", linewidth=1, label="chance (CTL: 0.125)")
+    axis.set_xticks(range(len(beside)), list(beside), rotation=20)
+    axis.set_ylabel("accuracy")
+    axis.set_ylim(0, 1.05)
+    axis.set_title(title)
+    axis.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_paper_comparison(results_file: str) -> tuple[str, str]:
+    """From a comparison's data (`compare_<task>[_<direction>].json`), write `..._paper.json` (`beside_the_paper`)
+    and `..._paper.png` (`write_paper_figure`) next to it; returns their paths. `make compare` calls it with the
+    data it writes; `python -m modeling_ndr.training.comparison FILE` redraws them from committed data."""
+    base = results_file[: -len(".json")]
+    task, _, direction = os.path.basename(base)[len("compare_") :].partition("_")
+    with open(results_file) as f:
+        beside = beside_the_paper(json.load(f), task, direction or None)
+    with open(base + "_paper.json", "w") as f:
+        json.dump(beside, f, indent=2)
+        f.write("\n")
+    title = f"{task}" + (f" {direction}" if direction else "") + ": ours beside the paper's (Table 1)"
+    write_paper_figure(base + "_paper.png", beside, title)
+    return base + "_paper.json", base + "_paper.png"
 
 
 def write_plot(path: str, runs: dict, task: str, title: str):
@@ -229,4 +324,10 @@ def write_outputs(args, runs: dict, extra: list[str], task: str) -> str:
             shutil.copyfile(os.path.join(args.output_dir, "curves.png"), curves)
         elif os.path.isfile(curves):
             os.remove(curves)
+        write_paper_comparison(base + ".json")
     return text
+
+
+if __name__ == "__main__":
+    for results_file in sys.argv[1:]:
+        print(*write_paper_comparison(results_file), sep="\n")
