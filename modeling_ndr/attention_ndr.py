@@ -4,7 +4,8 @@ Three config axes pick the attention; each allowed value is listed in `configura
 
 * `attention_scores` picks the class (`ATTENTION_CLASSES`): `"dot"` scores `q_i . k_j` with separate query, key and
   value projections; `"metric"` scores `p_i^T M p_j` with one projection per head (metric-tensor attention).
-* `attention_type` picks how scores become weights: `"geometric"` (`geometric_ndr`) or `"softmax"`.
+* `attention_type` picks how scores become weights (`ATTENTION_WEIGHT_FUNCTIONS`): `"geometric"` (`geometric_ndr`) or
+  `"softmax"`.
 * `position_encoding` picks the position term: `"direction"` (the NDR's per-query logit terms for keys on the left and
   on the right, Sec. 3.2 of the paper), `"relative"` (Transformer-XL, Dai et al. 2019, Sec. 3.3), `"gated"` (the
   paper's "+abs/rel" baseline: a per-query gate between the relative and an absolute term), `"absolute"` (sinusoidal
@@ -82,8 +83,19 @@ def concatenated_linear(*layers: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]
     return weight, bias
 
 
-def softmax_attention_weights(logits: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the keys (in float32), padded keys excluded; a row without any key stays finite (uniform)."""
+def softmax_attention_weights(
+    logits: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    left: torch.Tensor | None = None,
+    right: torch.Tensor | None = None,
+    kernel: str = "auto",
+) -> torch.Tensor:
+    """Softmax over the keys (in float32), padded keys excluded; a row without any key stays finite (uniform).
+    (b, h, n, n) → (b, h, n, n). `left` / `right` (b, h, n) are added to the logits of the keys left / right of each
+    query (the direction term); `kernel` is accepted for the signature the weight functions share (softmax has one
+    implementation)."""
+    if left is not None:
+        logits = direction_logits(logits, left, right)
     logits = logits.float()
     if attention_mask is not None:
         logits = logits.masked_fill(attention_mask[:, None, None, :] == 0, torch.finfo(torch.float32).min)
@@ -192,17 +204,15 @@ class NDRAttentionBase(nn.Module):
             left, right = direction.view(b, n, self.num_heads, 2).permute(3, 0, 2, 1)
             left, right = self.direction_scale * left, self.direction_scale * right  # (b, h, n)
 
-        if self.attention_type == "softmax" and left is None and position_query is None and not need_weights:
-            # nothing but q . k: torch's fused kernel (no (n, n) weights kept)
-            mask = None if attention_mask is None else (attention_mask != 0)[:, None, None, :]
-            output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=1.0)
-            return output, None
+        fused = FUSED_ATTENTION.get(self.attention_type)
+        if fused is not None and left is None and position_query is None and not need_weights:
+            return fused(query, key, value, attention_mask), None  # nothing but q . k, and no weights asked for
 
         position_logits = None
         if position_query is not None:
             position_logits = self.relative_logits(hidden_states, position_query, attention_mask, position_table)
-        if self.attention_type == "geometric":
-            # gamma joins the per-row terms, which the geometric kernel adds itself
+        if hasattr(self, "logit_bias"):
+            # gamma (geometric attention) joins the per-row terms, which the geometric kernel adds itself
             if left is None:
                 left = right = self.logit_bias.expand(b, self.num_heads, n)
             else:
@@ -228,20 +238,36 @@ def attention(
     """The attention op itself: `weights(query . key + terms) @ value`; (b, h, n, e) each → ((b, h, n, e), weights).
 
     `left` / `right` (b, h, n) are added to the logits of the keys left / right of each query (the direction term;
-    the geometric kernel adds them per row), `position_logits` (b, h, n, n) to all of them. `kernel` picks what
-    computes geometric weights (`geometric_attention_weights`). The benchmarks call this function, so what they time
-    is what the model computes."""
+    the geometric kernel adds them per row), `position_logits` (b, h, n, n) to all of them; `attention_type` picks the
+    weight function (`ATTENTION_WEIGHT_FUNCTIONS`). `kernel` picks what computes geometric weights
+    (`geometric_attention_weights`); `normalize` (geometric attention only) makes each row sum to 1. The benchmarks
+    call this function, so what they time is what the model computes."""
     content = query @ key.transpose(-1, -2)  # (b, h, n, n)
     if position_logits is not None:
         content = content + position_logits
-    if attention_type == "softmax":
-        logits = content if left is None else direction_logits(content, left, right)
-        weights = softmax_attention_weights(logits, attention_mask)
-    else:
-        weights = geometric_attention_weights(content, attention_mask, left=left, right=right, kernel=kernel)
-        if normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
+    weights = ATTENTION_WEIGHT_FUNCTIONS[attention_type](
+        content, attention_mask, left=left, right=right, kernel=kernel
+    )
+    if normalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-6)
     return weights.to(value.dtype) @ value, weights
+
+
+def fused_softmax_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Softmax attention of nothing but `q . k` by torch's fused kernel, which keeps no (n, n) weights: (b, h, n, e)
+    each → (b, h, n, e)."""
+    mask = None if attention_mask is None else (attention_mask != 0)[:, None, None, :]
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=1.0)
+
+
+# attention_type -> the function that turns logits into weights; they share one signature (logits, attention_mask,
+# left, right, kernel), and the attention reads it here instead of branching on the name (as llama reads its
+# attention-function registry)
+ATTENTION_WEIGHT_FUNCTIONS = {"geometric": geometric_attention_weights, "softmax": softmax_attention_weights}
+# attention_type -> torch's fused kernel for attention without position terms, where no weights are asked for
+FUSED_ATTENTION = {"softmax": fused_softmax_attention}
 
 
 class NDRDotProductAttention(NDRAttentionBase):
@@ -380,7 +406,6 @@ class NDRMetricAttention(NDRAttentionBase):
 ATTENTION_CLASSES = {"dot": NDRDotProductAttention, "metric": NDRMetricAttention}
 # The position encodings handled here; "absolute" is added to the embeddings by the model.
 POSITION_TERMS = ("direction", "relative", "gated", "none")
-ATTENTION_WEIGHT_FUNCTIONS = {"geometric": geometric_attention_weights, "softmax": softmax_attention_weights}
 
 __all__ = [
     "NDRAttentionBase",
@@ -388,6 +413,7 @@ __all__ = [
     "NDRMetricAttention",
     "ATTENTION_CLASSES",
     "ATTENTION_WEIGHT_FUNCTIONS",
+    "FUSED_ATTENTION",
     "METRIC_PARAMETRIZATIONS",
     "attention",
     "concatenated_linear",

@@ -125,6 +125,23 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("attention_type", ["geometric", "softmax"])
+def test_the_attention_takes_its_weights_from_the_registry(attention_type, monkeypatch):
+    """The forward reads `ATTENTION_WEIGHT_FUNCTIONS[config.attention_type]` (as llama reads its attention-function
+    registry): a function put there is the one every step calls."""
+    calls = []
+    original = ATTENTION_WEIGHT_FUNCTIONS[attention_type]
+
+    def recorded(*args, **kwargs):
+        calls.append(attention_type)
+        return original(*args, **kwargs)
+
+    monkeypatch.setitem(ATTENTION_WEIGHT_FUNCTIONS, attention_type, recorded)
+    model = NDRModel(tiny_config(attention_type=attention_type)).eval()
+    model(random_ids(2, 6, seed=0), output_attentions=True)
+    assert calls == [attention_type] * 3, f"one call per step of the 3, got {calls}"
+
+
 def test_every_variant_loads_with_remote_code_without_the_package(tmp_path):
     input_ids = random_ids(2, 6, seed=4)
     torch.save(input_ids, tmp_path / "ids.pt")
