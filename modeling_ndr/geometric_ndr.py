@@ -178,6 +178,13 @@ def kernel_mode() -> str:
 KERNEL_SOURCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "geometric_ndr_cpu.cpp")
 
 
+def _kernel_name(source: str, capability: str, flags: list[str]) -> str:
+    """The build's name: one per source, flags and torch installation. Two virtual environments with the same torch
+    version compile against different include paths, and under one name each would rebuild the other's build."""
+    key = " ".join([source, *flags, torch.__version__, os.path.dirname(torch.__file__)])
+    return f"ndr_geometric_{capability.lower()}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+
+
 @contextlib.contextmanager
 def _build_lock(name: str):
     """Hold this kernel's build lock, clearing a build lock that a killed build left behind.
@@ -223,8 +230,7 @@ def load_cpu_kernel():
 
                 capability = torch.backends.cpu.get_cpu_capability()
                 flags = _ISA_FLAGS.get(capability, [])
-                digest = hashlib.sha1((source + " ".join(flags) + torch.__version__).encode()).hexdigest()[:10]
-                name = f"ndr_geometric_{capability.lower()}_{digest}"
+                name = _kernel_name(source, capability, flags)
                 with _build_lock(name):
                     module = load_inline(
                         name=name,

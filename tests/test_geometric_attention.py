@@ -112,9 +112,7 @@ def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_process(monk
     capability = torch.backends.cpu.get_cpu_capability()
     with open(geometric.KERNEL_SOURCE_FILE) as f:
         source = f.read()
-    flags = geometric._ISA_FLAGS.get(capability, [])
-    digest = geometric.hashlib.sha1((source + " ".join(flags) + torch.__version__).encode()).hexdigest()[:10]
-    folder = tmp_path / f"ndr_geometric_{capability.lower()}_{digest}"
+    folder = tmp_path / geometric._kernel_name(source, capability, geometric._ISA_FLAGS.get(capability, []))
     folder.mkdir()
     (folder / "lock").touch()  # what a Ctrl-C during the first build leaves
     assert load_cpu_kernel() == "built"
