@@ -83,17 +83,11 @@ def concatenated_linear(*layers: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]
     return weight, bias
 
 
-def softmax_attention_weights(
-    logits: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    left: torch.Tensor | None = None,
-    right: torch.Tensor | None = None,
-    kernel: str = "auto",
-) -> torch.Tensor:
+def softmax_attention_weights(logits, attention_mask=None, left=None, right=None, kernel="auto") -> torch.Tensor:
     """Softmax over the keys (in float32), padded keys excluded; a row without any key stays finite (uniform).
-    (b, h, n, n) → (b, h, n, n). `left` / `right` (b, h, n) are added to the logits of the keys left / right of each
-    query (the direction term); `kernel` is accepted for the signature the weight functions share (softmax has one
-    implementation)."""
+    `logits` (b, h, n, n) → (b, h, n, n); `attention_mask` (b, n), 1 for tokens. `left` / `right` (b, h, n) are added
+    to the logits of the keys left / right of each query (the direction term). The signature is the one the weight
+    functions share (`ATTENTION_WEIGHT_FUNCTIONS`); softmax has one implementation, so `kernel` changes nothing."""
     if left is not None:
         logits = direction_logits(logits, left, right)
     logits = logits.float()
