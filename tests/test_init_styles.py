@@ -4,9 +4,11 @@ docs/model.md ("Initialisation") lists choice by choice.
 
 A Xavier-uniform weight is U(±gain sqrt(6 / (fan_in + fan_out))); `nn.Linear`'s own init (what the official code keeps
 wherever it does not re-initialise) is U(±1/sqrt(fan_in)) for the weight and for the bias. A weight of a few thousand
-uniform draws reaches within 3% of its bound, so `max |w|` tells the bounds apart."""
+uniform draws reaches within 3% of its bound, so `max |w|` tells the bounds apart. Opt in with `-m official` (and
+`NDR_OFFICIAL_DIR`, a checkout of the official code) to compare every weight with the official code's own init."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -206,3 +208,65 @@ def test_ut_variant_does_not_make_running_columns_halt_at_the_last_step():
     # p ~ 5e-5 per step: ACT gives the last step the remainder (the output is about the last state); the UT variant
     # never halts these columns, so their weights stay near 0
     assert ut.norm(dim=-1).max() < 1e-2 * act.norm(dim=-1).min(), "the UT variant's weights do not sum to 1"
+
+
+# ------------------------------------------------------------------------- against the official code's own init
+
+OFFICIAL_DIR = os.environ.get("NDR_OFFICIAL_DIR")
+# ours -> (official variant, its CTL sweep's embedding_init): each as the official CTL sweeps build it
+OFFICIAL_COUNTERPARTS = {
+    "transformer": ("universal", "kaiming"),  # the sweep says kaiming; create_model does not pass it on
+    "rel": ("relative_universal", "kaiming"),
+    "geom_att": ("geometric_transformer", "kaiming"),
+    "ndr": ("ndr_geometric", "auto"),
+    "transformer_act": ("act_universal", "kaiming"),
+}
+
+
+@pytest.mark.official
+@pytest.mark.skipif(not OFFICIAL_DIR, reason="NDR_OFFICIAL_DIR is not set to a checkout of RobertCsordas/ndr")
+@pytest.mark.parametrize("variant", OFFICIAL_COUNTERPARTS)
+def test_official_init_draws_every_weight_as_the_official_code_does(variant):
+    """Our variant's recipe for CTL with `init_style="official"` and the official model built by its own
+    `create_model`: every weight under its official name (tests/official_helpers.py maps them) from the same
+    distribution, compared by its spread (std within 10% for tensors of 1,000 values or more; a bias: zero, a
+    constant, or below the official one's bound)."""
+    from official_helpers import build_official_model, official_arguments, official_weights
+
+    from modeling_ndr.training.presets import read_variant
+
+    official_variant, embedding_init = OFFICIAL_COUNTERPARTS[variant]
+    d, heads, words, classes = 128, 4, 100, 8
+    arguments = official_arguments(official_variant, state_size=d, transformer__n_heads=heads,
+                                   embedding_init=embedding_init)  # fmt: skip
+    torch.manual_seed(0)
+    official = build_official_model(OFFICIAL_DIR, arguments, words, classes).state_dict()
+    fields = {**read_variant(variant, "ctl"), "init_style": "official"}  # the NDR's recipe keeps the release's init
+    fields.update(vocab_size=words + 2, hidden_size=d, intermediate_size=2 * d, num_attention_heads=heads)
+    torch.manual_seed(1)
+    ours = official_weights(
+        NDRForSequenceClassification(NDRConfig(num_labels=classes, **fields)), official_variant, words
+    )
+    compared = 0
+    for name, value in ours.items():
+        theirs = official.get(name)
+        if theirs is None or not value.is_floating_point() or name.split(".")[-1] in ("pe", "pos_encoding"):
+            continue
+        unused = ("pos_to_pq.weight" if "geometric" in official_variant else "s_bias", "int_seq")
+        if name.endswith(unused):
+            continue  # not used by the official forward (the mapping fills it with noise)
+        theirs = theirs.float()
+        constant = torch.all(theirs == theirs.flatten()[0]) and not name.endswith("p_map.bias")  # p_map's is drawn
+        if constant:  # zeros, the gate's -3, the scales
+            assert torch.allclose(value, theirs), (
+                f"{name}: {value.flatten()[:3]} vs the official {theirs.flatten()[:3]}"
+            )
+        elif theirs.numel() >= 1000:
+            assert abs(value.std() - theirs.std()) <= 0.1 * theirs.std(), (
+                f"{name}: {value.std():.4f} vs {theirs.std():.4f}"
+            )
+        else:  # a small drawn tensor (biases, p_map): nn.Linear's U(±1/sqrt(fan_in)), fan_in = d
+            bound = max(1.0 / math.sqrt(d), theirs.abs().max())
+            assert 0 < value.abs().max() <= bound, f"{name}: drawn like the official one"
+        compared += 1
+    assert compared >= 10, f"{variant}: compared {compared} tensors"
