@@ -73,7 +73,8 @@ def step_records(model, tokenizer, rows, batch_size, steps):
     gates, changes, predictions = [], [], []
     position = modeling_ndr.modeling_ndr.readout_positions
     for encoded in padded_batches(tokenizer, [row["text"] for row in rows], batch_size):
-        out = model.ndr(**encoded, num_steps=steps, output_hidden_states=True, output_gates=True)
+        # a fixed run (the model may run adaptive steps as loaded): every step recorded for every sample
+        out = model.ndr(**encoded, num_steps=steps, adaptive_steps=False, output_hidden_states=True, output_gates=True)
         mask = encoded["attention_mask"].bool()
         states = out.hidden_states
         readout = position(encoded["attention_mask"], model.config.readout)
