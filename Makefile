@@ -98,19 +98,18 @@ test-gpu: $(STAMP) ## the CUDA tests (-m gpu; skipped without a GPU, NDR_TEST_DE
 # The GPU image's library versions (docs/clusters.md#the-gpu-image), tried on this CPU: make test in a second
 # virtualenv, .venv-image/, with the image's pins. Two differences, as this machine allows: torch 2.13.0's CPU build
 # (PyPI has torch 2.11.0 only as the CUDA 13 build, with GBs of nvidia-* wheels) and this machine's Python 3.11, where
-# numpy 2.5 does not install (it needs 3.12): numpy 2.4.6. About 15 minutes of two cores.
+# numpy 2.5 does not install (it needs 3.12): numpy 2.4.6. As long as make test, plus a minute or two of installing.
 IMAGE_VENV := .venv-image
 IMAGE_PINS := torch==2.13.0 transformers==5.17.0 accelerate==1.15.0 huggingface_hub==1.33.0 safetensors==0.8.0 \
 	tokenizers==0.23.2 triton==3.6.0 numpy==2.4.6 datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19
-test-image-versions: ## make test with the GPU image's library versions, in .venv-image/ (~15 min)
+test-image-versions: ## make test's suite with the GPU image's library versions, in .venv-image/
 	test -x $(IMAGE_VENV)/bin/python || $(PYTHON) -m venv $(IMAGE_VENV)
 	$(IMAGE_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(IMAGE_VENV)/bin/python -m pip install --quiet $(IMAGE_PINS) -e ".[test,train]"
 	touch $(IMAGE_VENV)/.installed
 	$(IMAGE_VENV)/bin/python -m pip freeze --exclude-editable > $(IMAGE_VENV)/versions.txt
-	@# make test's suite, its own make calls on .venv-image too (VENV); not its lint (ruff is pinned: the same here).
-	@# Its own build folder for the CPU kernel: one shared with .venv would be rebuilt at each switch (other includes)
-	TORCH_EXTENSIONS_DIR=$(CURDIR)/$(IMAGE_VENV)/torch_extensions $(MAKE) -o lint test VENV=$(IMAGE_VENV)
+	@# make test's suite, its own make calls on .venv-image too (VENV); not its lint (ruff is pinned: the same here)
+	$(MAKE) -o lint test VENV=$(IMAGE_VENV)
 
 bench: $(STAMP) ## the benchmarks (benchmarks/run_all.py)
 	$(BIN)/python benchmarks/run_all.py

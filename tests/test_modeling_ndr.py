@@ -252,7 +252,10 @@ def test_gradient_checkpointing_gives_the_same_gradients(use_reentrant, fields):
     model(input_ids, attention_mask=mask, labels=labels).loss.backward()
     expected = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad()
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    if hasattr(model, "activation_checkpointing_enable"):  # its name since transformers 5.2x (5.24 has it)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    else:  # transformers 5.17 (the GPU image's)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
     model(input_ids, attention_mask=mask, labels=labels).loss.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], msg=f"checkpointed gradient of {name} differs")
