@@ -38,7 +38,14 @@ import torch
 
 from modeling_ndr.training import export_model, read_preset
 from modeling_ndr.training.atomic import atomic_folder
-from modeling_ndr.training.continuation import CURVE_FILE, LAST_CHECKPOINT, continue_release
+from modeling_ndr.training.continuation import (
+    CURVE_FILE,
+    LAST_CHECKPOINT,
+    continue_release,
+    read_line,
+    release_lock,
+    total_batch,
+)
 from modeling_ndr.training.errors import UsageError, exit_on_usage_error
 
 
@@ -71,16 +78,22 @@ class Release:
 
     def train_command(self) -> list[str]:
         """The training launch, run from the repository root: paths in it are relative, as the run records them."""
-        bin_dir = os.path.dirname(sys.executable)
-        command = [os.path.join(bin_dir, "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                   os.path.join("training", "train.py"), "--preset", self.preset, "--use_cpu",
-                   "--ddp_find_unused_parameters", "false", "--output_dir", os.path.relpath(self.output_dir(), REPO),
-                   "--disable_tqdm", "true"]  # fmt: skip
+        command = cpu_launch() + ["--preset", self.preset, "--output_dir", os.path.relpath(self.output_dir(), REPO),
+                                  "--disable_tqdm", "true"]  # fmt: skip
         return command + (["--direction", self.direction] if self.direction else [])
 
     def output_dir(self) -> str:
         return os.path.join(REPO, "outputs", self.run)
+
+
+def cpu_launch() -> list[str]:
+    """train.py in two gloo processes on this CPU, as `make demo` launches it (its environment: `CPU_ENV`)."""
+    return [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch", "--multi_gpu", "--num_processes",
+            "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            os.path.join("training", "train.py"), "--use_cpu", "--ddp_find_unused_parameters", "false"]  # fmt: skip
+
+
+CPU_ENV = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
 
 
 RELEASES = {
@@ -93,14 +106,13 @@ RELEASES = {
     "ndr-arithmetic": Release("arithmetic_cpu", "arithmetic_cpu"),
     "ndr-listops": Release("listops_cpu", "listops_cpu"),
 }
-# make gpu-release TASK=<task>: the paper-size models, on this machine's GPUs, as a line that keeps training (each call
-# resumes it for MINUTES). A GPU release replaces the CPU one of the same name in hub_cards/models/ once its ood_valid
-# is higher; --refresh re-renders a release from its own folder.
+# make gpu-release TASK=<task>: a release's line on this machine's GPUs (each call resumes it for MINUTES); a release
+# without a line starts one of the paper-size preset here. The work folder is the release's, whatever the device.
 GPU_RELEASES = {
-    "ctl-forward": ("ndr-ctl-forward", Release("ctl_gpu", "ctl_forward_gpu")),
-    "ctl-backward": ("ndr-ctl-backward", Release("ctl_backward_gpu", "ctl_backward_gpu")),
-    "arithmetic": ("ndr-arithmetic", Release("arithmetic_gpu", "arithmetic_gpu")),
-    "listops": ("ndr-listops", Release("listops_gpu", "listops_gpu")),
+    "ctl-forward": ("ndr-ctl-forward", Release("ctl_gpu", "release/ndr-ctl-forward")),
+    "ctl-backward": ("ndr-ctl-backward", Release("ctl_backward_gpu", "release/ndr-ctl-backward")),
+    "arithmetic": ("ndr-arithmetic", Release("arithmetic_gpu", "release/ndr-arithmetic")),
+    "listops": ("ndr-listops", Release("listops_gpu", "release/ndr-listops")),
 }
 # make release-continue TASK=<task>: the line a release keeps training on this CPU (2 gloo processes)
 CPU_CONTINUATIONS = {
@@ -123,6 +135,11 @@ def build(name: str, org: str, train: bool, refresh: bool = False) -> str | None
     release = RELEASES[name]
     run = release.output_dir()
     released = os.path.join(MODELS_DIR, name)
+    if os.path.isdir(os.path.join(released, LAST_CHECKPOINT)):  # its line makes it now, not the run of RELEASES
+        if refresh:
+            return _copy_release(name, released, org)
+        print(f"[release] {name}: keeps training (its last-checkpoint/); make release-continue, not make release")
+        return released
     if refresh and not os.path.isfile(os.path.join(run, "eval_results.json")):
         if not os.path.isfile(os.path.join(released, "eval_results.json")):
             print(f"[release] {name}: nothing to refresh (no run in {run}, no release in {released})")
@@ -134,23 +151,14 @@ def build(name: str, org: str, train: bool, refresh: bool = False) -> str | None
             print(f"[release] {name}: no trained run in {run} (--train trains it: {command})")
             return None
         print(f"[release] {name}: training {' '.join(release.train_command())}", flush=True)
-        env = dict(os.environ, ACCELERATE_USE_CPU="true", OMP_NUM_THREADS="1")
-        subprocess.run(release.train_command(), check=True, env=env, cwd=REPO)
+        subprocess.run(release.train_command(), check=True, env=dict(os.environ, **CPU_ENV), cwd=REPO)
     return _copy_release(name, run, org)
-
-
-def total_batch(values: dict, processes: int) -> int:
-    """Samples per optimizer step of a preset launched with `processes` processes."""
-    if values.get("total_batch_size"):
-        return int(values["total_batch_size"])
-    per_device = int(values.get("per_device_train_batch_size", 8))
-    return per_device * processes * int(values.get("gradient_accumulation_steps", 1))
 
 
 def continue_line(
     name: str,
     release: Release,
-    minutes: float,
+    minutes: float | None,
     command: list[str],
     processes: int,
     preset: str | None = None,
@@ -162,17 +170,20 @@ def continue_line(
     env: dict | None = None,
     chunk_steps: int | None = None,
     resume: str | None = None,
+    max_bytes: int = MAX_BYTES,
 ) -> dict:
     """Resume the training line of release `name` for `minutes` (`continuation.continue_release`), then print what
-    happened.
+    happened. The chunk trains the line's own recipe, with its global batch whatever the number of processes here;
+    `preset` or `switch_recipe` (a new line) choose another, and a release without a line starts one of
+    `release.preset`.
 
     Args:
         name: the release (`ndr-<task>`).
-        release: its preset and work folder under outputs/.
+        release: its default preset and work folder under outputs/.
         minutes: the time box.
         command: the launch of train.py without `--preset` and `--output_dir` (added here).
         processes: the processes the launch starts (for the recipe's total batch).
-        preset: another preset than the release's (the tests use a tiny one).
+        preset: another preset than the line's or the release's (the tests use tiny ones).
         outputs_dir: where the work folder goes (default `outputs/`).
         models_dir: where the release folder is (default `hub_cards/models/`).
         org: the hub namespace of the card.
@@ -181,19 +192,26 @@ def continue_line(
         env: the environment of the launch.
         chunk_steps: stop the chunk after this many steps instead (the tests' deterministic chunks).
         resume: the command that continues the line, as the card shows it (`make release-continue TASK=...`).
+        max_bytes: the size budget of the released files.
 
     Returns:
         `continue_release`'s summary.
     """
+    release_dir = os.path.join(models_dir, name)
+    line = read_line(release_dir)
+    global_batch = None
+    if preset is None and line is not None and not switch_recipe:  # the line's recipe, whatever device started it
+        preset, global_batch = line["recipe"]["preset"], line["recipe"]["total_batch"]
+        command = command + ["--total_batch_size", str(global_batch)]
     preset = preset or release.preset
     work_dir = os.path.join(outputs_dir or os.path.join(REPO, "outputs"), release.run)
     shown = os.path.relpath(work_dir, REPO) if not os.path.relpath(work_dir, REPO).startswith("..") else work_dir
     values = read_preset(preset)
-    recipe = {"preset": preset, "values": values, "total_batch": total_batch(values, processes), "resume": resume}
-    release_dir = os.path.join(models_dir, name)
+    recipe = {"preset": preset, "values": values, "total_batch": global_batch or total_batch(values, processes),
+              "resume": resume}  # fmt: skip
 
     def publish(checkpoint: str, staging: str, eval_results: dict, run_config: dict) -> None:
-        _released_files(name, checkpoint, staging, org, GPU_MAX_BYTES, eval_results, run_config)
+        _released_files(name, checkpoint, staging, org, max_bytes, eval_results, run_config)
 
     summary = continue_release(
         release_dir, work_dir, command + ["--preset", preset, "--output_dir", shown, "--disable_tqdm", "true"],
@@ -209,37 +227,35 @@ def continue_line(
 
 
 def cpu_continue(task: str, minutes: float, **kwargs) -> dict:
-    """`make release-continue`: the CPU line of release `task` (`CPU_CONTINUATIONS`) for `minutes`, two gloo
-    processes as `make demo` launches them."""
+    """`make release-continue`: the line of release `task` (`CPU_CONTINUATIONS`) on this CPU for `minutes`, two gloo
+    processes as `make demo` launches them; a release without a line starts one of the task's CPU preset."""
     if task not in CPU_CONTINUATIONS:
         raise UsageError(
             f"--continue {task}: no CPU line for it; choose one of {', '.join(sorted(CPU_CONTINUATIONS))}"
         )
     name, release = CPU_CONTINUATIONS[task]
-    bin_dir = os.path.dirname(sys.executable)
-    command = [os.path.join(bin_dir, "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               os.path.join("training", "train.py"), "--use_cpu", "--ddp_find_unused_parameters", "false"]  # fmt: skip
-    env = dict(os.environ, ACCELERATE_USE_CPU="true", OMP_NUM_THREADS="1")
     resume = f"make release-continue TASK={task} MINUTES=<minutes>"
-    return continue_line(name, release, minutes, command, processes=2, env=env, resume=resume, **kwargs)
+    return continue_line(name, release, minutes, cpu_launch(), processes=2, env=dict(os.environ, **CPU_ENV),
+                         resume=resume, **kwargs)  # fmt: skip
 
 
 def gpu_release(task: str, minutes: float, processes: int | None = None, **kwargs) -> dict:
-    """`make gpu-release`: the GPU line of release `task` (`GPU_RELEASES`) on this machine's GPUs for `minutes`; a
-    line of another recipe (the CPU's) is replaced by a new GPU line from a new model.
+    """`make gpu-release`: the line of release `task` on this machine's GPUs for `minutes` (a line a CPU started
+    trains on here, faster, with its global batch); a release without a line starts one of the task's GPU preset
+    (the paper's recipe, `GPU_RELEASES`) from a new model.
 
     Args:
         task: a key of `GPU_RELEASES`.
         minutes: the time box.
         processes: data-parallel processes (default: one per visible GPU, one without CUDA).
-        **kwargs: `continue_line`'s `preset`, `outputs_dir`, `models_dir`, `org`.
+        **kwargs: `continue_line`'s `preset`, `outputs_dir`, `models_dir`, `org`, `switch_recipe`.
     """
     name, release = GPU_RELEASES[task]
     processes = processes or max(1, torch.cuda.device_count())
     resume = f"make gpu-release TASK={task} MINUTES=<minutes>"
-    return continue_line(name, release, minutes, gpu_launch(processes), processes, switch_recipe=True,
-                         warm_start=False, resume=resume, **kwargs)  # fmt: skip
+    command = gpu_launch(processes) + ["--use_cpu", "false"]  # a CPU line's preset asks for the CPU
+    return continue_line(name, release, minutes, command, processes, warm_start=False, resume=resume,
+                         max_bytes=GPU_MAX_BYTES, **kwargs)  # fmt: skip
 
 
 def gpu_launch(processes: int) -> list[str]:
@@ -257,8 +273,9 @@ def gpu_launch(processes: int) -> list[str]:
 def _copy_release(name: str, run: str, org: str, models_dir: str = MODELS_DIR, max_bytes: int = MAX_BYTES) -> str:
     target = os.path.join(models_dir, name)
     # the new release is complete in a hidden sibling before it replaces the old one (atomic_folder): an interrupted
-    # build, or one over the size budget, leaves the previous release as it was; the line's state stays with it
-    with atomic_folder(target) as new:
+    # build, or one over the size budget, leaves the previous release as it was; the line's state stays with it, and
+    # a continuation of the release waits for no one: one of them is refused (release_lock)
+    with release_lock(target), atomic_folder(target) as new:
         size = _released_files(name, run, new, org, max_bytes)
         for entry in LINE_FILES:
             if os.path.isdir(kept := os.path.join(target, entry)):
@@ -333,7 +350,7 @@ def main(argv=None):
             "org": args.org,
         }
         if args.gpu:
-            gpu_release(args.gpu, args.minutes, args.processes, **common)
+            gpu_release(args.gpu, args.minutes, args.processes, switch_recipe=args.switch_recipe, **common)
         else:
             cpu_continue(args.continue_task, args.minutes, switch_recipe=args.switch_recipe,
                          warm_start=not args.from_scratch, **common)  # fmt: skip

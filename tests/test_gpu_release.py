@@ -50,7 +50,7 @@ def test_make_gpu_release_continues_the_line_and_writes_the_release_with_its_car
     card = (release / "README.md").read_text()
     assert record["machine"] in card, "the card names the machine"
     assert "--preset tiny_gpu_release_test" in card and "--max_wall_minutes" in card, "and the command"
-    assert f"on {record['machine']}, {record['precision']}" in card, "and the precision"
+    assert f"of {record['machine']}, {record['precision']}" in card, "and the precision"
     assert "make gpu-release TASK=ctl-forward" in card and f"| {compute['samples']:,} |" in card, "and the compute"
     ModelCard.load(release / "README.md")
     model = AutoModelForSequenceClassification.from_pretrained(release)

@@ -1,9 +1,10 @@
 """Releases that keep training (`modeling_ndr.training.continuation`, `make release-continue`, `make gpu-release`):
 a tiny arithmetic line (configuration/tiny_release_line_test.yaml) in one process on the CPU, with temporary folders
-in place of outputs/ and hub_cards/models/. Two continuations add up to the weights of one uninterrupted run; a worse
-`ood_valid` keeps the release; a line of another recipe, a corrupt `last-checkpoint/` and a second continuation at
-once are refused in one line with nothing changed; a continuation interrupted after training is adopted by the
-next one."""
+in place of outputs/ and hub_cards/models/. Two continuations add up to the weights of one uninterrupted run; `make
+gpu-release` continues a line a CPU started (and a worse `ood_valid` keeps the release); a line of another recipe, a
+corrupt `last-checkpoint/`, a busy work folder and a second continuation at once are refused in one line with nothing
+changed; `--switch_recipe` starts a new line without adopting the old one's chunk; a continuation interrupted after
+training is adopted by the next one; `make release` leaves a release with a line to its line."""
 
 import hashlib
 import json
@@ -23,7 +24,7 @@ from transformers import AutoModelForSequenceClassification
 import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
 from modeling_ndr.training import UsageError, read_preset
 from modeling_ndr.training import continuation as line
-from modeling_ndr.training.locking import OutputDirLock
+from modeling_ndr.training.locking import OutputDirLock, lock_output_dir
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,9 +34,9 @@ COMMAND = [sys.executable, "training/train.py"]
 repos = load_script("hub_cards/make_model_repos.py")
 
 
-def continue_tiny(tmp: Path, chunk_steps: int | None, **kwargs) -> dict:
+def continue_tiny(tmp: Path, chunk_steps: int | None, preset: str = PRESET, **kwargs) -> dict:
     release = repos.Release(PRESET, "line")
-    return repos.continue_line(NAME, release, None, COMMAND, processes=1, preset=PRESET, outputs_dir=str(tmp / "out"),
+    return repos.continue_line(NAME, release, None, COMMAND, processes=1, preset=preset, outputs_dir=str(tmp / "out"),
                                models_dir=str(tmp / "models"), warm_start=False, chunk_steps=chunk_steps,
                                env=dict(os.environ, OMP_NUM_THREADS="1"), **kwargs)  # fmt: skip
 
@@ -78,7 +79,7 @@ def test_two_continuations_add_up_to_one_uninterrupted_run(first_chunk, tmp_path
     record = json.loads((tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
     assert [(c["start_step"], c["end_step"]) for c in record["chunks"]] == [(0, 4), (4, 8)], "one record per chunk"
     assert record["finished"], "the line reached max_steps"
-    with pytest.raises(UsageError, match="finished its horizon"):
+    with pytest.raises(UsageError, match="reached its horizon"):
         continue_tiny(tmp, chunk_steps=2)
 
 
@@ -100,17 +101,30 @@ def test_the_release_carries_its_compute_record_and_curve(first_chunk):
     assert line.checkpoint_problem(str(release / "last-checkpoint")) is None, "last-checkpoint/ is a whole checkpoint"
 
 
-def test_a_worse_ood_valid_keeps_the_release(first_chunk, tmp_path):
+def test_gpu_release_continues_the_line_a_cpu_started_and_a_worse_ood_valid_keeps_the_release(first_chunk, tmp_path):
     tmp = copy_line(first_chunk, tmp_path)
     release = tmp / "models" / NAME
     results = json.loads((release / "eval_results.json").read_text())
     results["ood_valid"]["accuracy"] = 1.01  # no checkpoint can beat it
     (release / "eval_results.json").write_text(json.dumps(results))
     released = {k: v for k, v in snapshot(release).items() if not k.startswith("last-checkpoint")}
-    summary = continue_tiny(tmp, chunk_steps=2)
+    before = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
+    summary = repos.gpu_release("arithmetic", None, processes=1, outputs_dir=str(tmp / "out"),
+                                models_dir=str(tmp / "models"), chunk_steps=2)  # fmt: skip
     assert summary["step"] == 6 and not summary["released"], summary
     assert {k: v for k, v in snapshot(release).items() if not k.startswith("last-checkpoint")} == released
-    assert line.checkpoint_step(str(release / "last-checkpoint")) == 6, "last-checkpoint/ is always the newest"
+    after = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
+    assert after["line_id"] == before["line_id"] and after["recipe"] == before["recipe"], "the same line, continued"
+    assert [(c["start_step"], c["end_step"]) for c in after["chunks"]] == [(0, 4), (4, 6)]
+    assert after["chunks"][1]["released_step"] is None, "the record says the release stayed"
+
+
+def test_make_release_leaves_a_release_with_a_line_to_its_line(first_chunk, tmp_path, monkeypatch, capsys):
+    tmp = copy_line(first_chunk, tmp_path)
+    monkeypatch.setattr(repos, "MODELS_DIR", str(tmp / "models"))
+    before = snapshot(tmp / "models")
+    assert repos.build(NAME, "ndr-org", train=True) == str(tmp / "models" / NAME)  # would train arithmetic_cpu
+    assert "keeps training" in capsys.readouterr().out and snapshot(tmp / "models") == before
 
 
 def test_a_line_of_another_recipe_is_refused_in_one_line_and_nothing_changes(first_chunk, tmp_path):
@@ -124,14 +138,57 @@ def test_a_line_of_another_recipe_is_refused_in_one_line_and_nothing_changes(fir
     assert snapshot(tmp / "models") == before
 
 
-def test_a_corrupt_last_checkpoint_is_refused_and_left_as_it_is(first_chunk, tmp_path):
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("optimizer.pt", "optimizer.pt cannot be read.*left as they are"),  # cut short, as by a full disk
+        ("trainer_state.json", "trainer_state.json cannot be read.*left as they are"),
+        ("continuation.json", "continuation.json cannot be read.*nothing was changed"),
+    ],
+)
+def test_a_corrupt_last_checkpoint_is_refused_and_left_as_it_is(first_chunk, tmp_path, damage, message):
     tmp = copy_line(first_chunk, tmp_path)
-    optimizer = tmp / "models" / NAME / "last-checkpoint" / "optimizer.pt"
-    optimizer.write_bytes(optimizer.read_bytes()[:100])  # cut short, as by a full disk
-    before = snapshot(tmp / "models")
-    with pytest.raises(UsageError, match="optimizer.pt cannot be read.*left as they are"):
+    damaged = tmp / "models" / NAME / "last-checkpoint" / damage
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    (tmp / "out" / "line" / "checkpoint-9").mkdir(parents=True)  # the work folder holds something
+    before, work = snapshot(tmp / "models"), sorted(os.listdir(tmp / "out" / "line"))
+    with pytest.raises(UsageError, match=message) as error:
         continue_tiny(tmp, chunk_steps=2)
+    assert "\n" not in str(error.value)
+    assert snapshot(tmp / "models") == before and sorted(os.listdir(tmp / "out" / "line")) == work, "nothing changed"
+    assert sorted(os.listdir(tmp / "out")) == ["line"], "no copy of the checkpoint is left beside the work folder"
+
+
+def test_a_work_folder_that_a_training_still_holds_is_refused(first_chunk, tmp_path):
+    tmp = copy_line(first_chunk, tmp_path)
+    before = snapshot(tmp / "models")
+    with lock_output_dir(str(tmp / "out" / "line")):  # train.py of a continuation that was killed, still running
+        with pytest.raises(UsageError, match="work folder.*is in use.*nothing was changed"):
+            continue_tiny(tmp, chunk_steps=2)
     assert snapshot(tmp / "models") == before
+
+
+def test_switch_recipe_starts_a_new_line_and_does_not_adopt_the_old_one_s_chunk(first_chunk, tmp_path):
+    tmp = copy_line(first_chunk, tmp_path)
+    old = json.loads((tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
+    # a chunk of the old line, left in the work folder by a continuation that was killed after training
+    pending = {**old, "pending": {"start_step": 4, "start_seconds": 0.0, "commit": None}}
+    shutil.copytree(tmp / "models" / NAME / "last-checkpoint", tmp / "out" / "line" / "checkpoint-4")
+    state = json.loads((tmp / "out" / "line" / "checkpoint-4" / "trainer_state.json").read_text())
+    state["global_step"] = 6
+    (tmp / "out" / "line" / "checkpoint-4").rename(tmp / "out" / "line" / "checkpoint-6")
+    (tmp / "out" / "line" / "checkpoint-6" / "trainer_state.json").write_text(json.dumps(state))
+    (tmp / "out" / "line" / line.CONTINUATION_FILE).write_text(json.dumps(pending))
+    (tmp / "out" / "line" / "run_config.json").write_text(json.dumps({"preset": PRESET}))
+    other = tmp / "slower.yaml"
+    other.write_text(f"base: {PRESET}\nlearning_rate: 3.0e-4\n")
+    with pytest.raises(UsageError, match="another recipe"):
+        continue_tiny(tmp, chunk_steps=2, preset=str(other))
+    summary = continue_tiny(tmp, chunk_steps=2, preset=str(other), switch_recipe=True)
+    assert summary["step"] == 2, "a new line from step 0, not the old line's step 6"
+    new = json.loads((tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
+    assert new["line_id"] != old["line_id"] and new["recipe"]["values"]["learning_rate"] == 3e-4
+    assert [(c["start_step"], c["end_step"]) for c in new["chunks"]] == [(0, 2)]
 
 
 def test_a_second_continuation_of_the_same_release_is_refused(first_chunk, tmp_path):
@@ -161,7 +218,36 @@ def test_a_continuation_interrupted_after_training_is_adopted_by_the_next(first_
     assert summary["step"] == 8, summary
     chunks = json.loads((tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE).read_text())["chunks"]
     assert [(c["start_step"], c["end_step"]) for c in chunks] == [(0, 4), (4, 6), (6, 8)], "no step counted twice"
-    assert chunks[0]["released_step"] == 4 or chunks[0]["released_step"] == 2, "each record says what it released"
+
+
+def test_a_chunk_killed_after_its_release_is_released_and_recorded_again_when_adopted(
+    first_chunk, tmp_path, monkeypatch
+):
+    """Killed between the release and last-checkpoint/: the adopted chunk releases the same checkpoint again (the
+    latest on ties) and its record says so."""
+    tmp = copy_line(first_chunk, tmp_path)
+    release = tmp / "models" / NAME
+    results = json.loads((release / "eval_results.json").read_text())
+    results["ood_valid"]["accuracy"] = 0.0  # any checkpoint of the chunk beats it
+    (release / "eval_results.json").write_text(json.dumps(results))
+    state_file = release / "last-checkpoint" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["best_metric"] = -1.0  # and the line's best so far: the chunk's evaluation becomes Trainer's best
+    state_file.write_text(json.dumps(state))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(line, "write_last_checkpoint", killed)
+        with pytest.raises(KeyboardInterrupt):
+            continue_tiny(tmp, chunk_steps=2)
+    released_step = json.loads((release / "run_config.json").read_text())["continuation"]["line_step"]
+    assert released_step == 6, "the chunk released its checkpoint before it was killed"
+    continue_tiny(tmp, chunk_steps=2)
+    chunks = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())["chunks"]
+    assert [(c["start_step"], c["end_step"]) for c in chunks][:2] == [(0, 4), (4, 6)]
+    assert chunks[1]["released_step"] == released_step, "the adopted chunk's record names what it released"
 
 
 def test_files_over_the_limit_are_kept_in_parts_and_joined_again(tmp_path):

@@ -15,21 +15,26 @@ A release folder (`hub_cards/models/ndr-<task>/`, the folder its Hub repository 
 
 One continuation (`continue_release`):
 
-1. locks the release: a second continuation of it is refused in one line;
-2. adopts a newer complete checkpoint left in the work folder by a continuation that was interrupted after training;
-3. copies `last-checkpoint/` into the work folder and checks it (complete, and the recipe asked for is the line's:
-   otherwise one line naming the difference, and nothing changes);
+1. locks the release (`release_lock`): a second continuation of it, or a rebuild of the folder, is refused in one
+   line; so is a continuation whose work folder a training still holds (one left running by a killed continuation);
+2. checks `last-checkpoint/`: complete (copied aside and opened), and of the recipe asked for; otherwise one line
+   naming the problem or the difference, and nothing changes;
+3. adopts a chunk of this line and recipe left in the work folder by a continuation killed after its training;
 4. runs the launch command for the time box (`--max_wall_minutes`): it resumes the checkpoint, evaluates at the
    recipe's evaluation steps, and stops with a checkpoint (exit 75), or finishes the line's horizon (`max_steps`);
-5. if the line's best `ood_valid` now beats the release's, exports that checkpoint as the new release; otherwise the
-   release stays as it was;
+5. if the line's best `ood_valid` (the latest on ties) is at least the release's and in this chunk, releases that
+   checkpoint; otherwise the release stays as it was;
 6. makes the newest checkpoint the new `last-checkpoint/`, always.
 
 Every folder is replaced whole (`atomic.atomic_folder`): an interruption at any moment, `kill -9` included, leaves
 the previous release loadable and the previous checkpoint resumable, and a chunk whose training had finished is
-adopted by the next continuation (from the work folder), so no step is trained or released twice.
+adopted by the next continuation (from the work folder), so no step is lost or counted twice.
+
+The line is the release's, whatever the device: `make gpu-release` continues a line that a CPU started (faster, with
+the same global batch), and a new line starts only when asked (`switch_recipe`) or when there is none.
 """
 
+import contextlib
 import datetime
 import json
 import logging
@@ -41,10 +46,10 @@ import tempfile
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .atomic import atomic_folder
-from .checkpoints import checkpoint_problem
-from .errors import UsageError
-from .locking import OutputDirLock
+from .atomic import atomic_folder, clean_leftovers
+from .checkpoints import checkpoint_problem, latest_complete_checkpoint
+from .errors import UsageError, first_line
+from .locking import OutputDirLock, lock_output_dir
 from .preemption import CLOCK_KEY, EXIT_STOPPED, read_stopped
 
 
@@ -56,10 +61,12 @@ CURVE_FILE = "training_curve.png"
 # the largest file a release keeps whole (the machines that hand back a GPU run's files take at most 16 MiB each)
 MAX_FILE_BYTES = 16 * 2**20
 PART = ".part-"
-# preset values that change what is written or shown, not what is trained: a line resumes whatever they are
+# preset values that change what is written or shown, or how the work is spread over a machine, not what is trained:
+# a line resumes whatever they are (the global batch they make is compared instead: `total_batch`)
 BOOKKEEPING = {
     "output_dir", "logging_steps", "report_to", "save_total_limit", "per_device_eval_batch_size", "disable_tqdm",
     "dataloader_num_workers", "torch_threads", "use_cpu", "precision", "logging_nan_inf_filter",
+    "per_device_train_batch_size", "total_batch_size", "gradient_accumulation_steps",
 }  # fmt: skip
 
 
@@ -166,6 +173,14 @@ def results_at(trainer_state: dict, step: int) -> dict:
     raise ValueError(f"no evaluation at step {step} in the trainer state")
 
 
+def total_batch(values: dict, processes: int) -> int:
+    """Samples per optimizer step of a preset's values launched with `processes` processes."""
+    if values.get("total_batch_size"):
+        return int(values["total_batch_size"])
+    per_device = int(values.get("per_device_train_batch_size", 8))
+    return per_device * processes * int(values.get("gradient_accumulation_steps", 1))
+
+
 def samples_seen(continuation: dict, step: int) -> int:
     """Training samples the line has seen at `step` of its Trainer state: the warm start's and every chunk's."""
     samples = (continuation.get("warm_start") or {}).get("samples", 0)
@@ -175,30 +190,41 @@ def samples_seen(continuation: dict, step: int) -> int:
     return samples
 
 
-def compute_record(continuation: dict, step: int) -> dict:
-    """What the line spent up to `step` (for the card): samples seen, optimizer steps, wall-clock seconds of training
-    per device, chunks.
+def warm_seconds(warm: dict) -> dict[str, float]:
+    """The warm start's training seconds per device (older records hold one number for one device)."""
+    seconds = warm.get("seconds") or {}
+    return dict(seconds) if isinstance(seconds, dict) else {warm.get("device", "unrecorded"): seconds}
+
+
+def compute_record(continuation: dict, step: int, clock: float | None = None) -> dict:
+    """What the line spent up to `step` (for the card): samples seen, optimizer steps, seconds of training per device
+    (the time box's clock: setup and evaluation after the last save excluded), chunks.
 
     Args:
         continuation: a line's `continuation.json`.
         step: the step of the released checkpoint (the chunks after it are not counted).
+        clock: the line's training clock at `step` (its checkpoint's), for the chunk that `step` falls in; without
+            it that chunk's time is shared out by steps.
 
     Returns:
         `{"samples", "steps", "chunks", "seconds": {device: s}, "warm_start": {...} or None}`; the warm start's steps,
-        samples and seconds are included.
+        samples, seconds and chunks are included.
     """
     warm = continuation.get("warm_start") or {}
-    seconds: dict[str, float] = {}
-    if warm.get("seconds"):
-        seconds[warm["device"]] = warm["seconds"]
+    seconds = warm_seconds(warm)
     chunks = [chunk for chunk in continuation.get("chunks", []) if chunk["start_step"] < step]
     for chunk in chunks:
-        share = (min(chunk["end_step"], step) - chunk["start_step"]) / max(1, chunk["end_step"] - chunk["start_step"])
-        seconds[chunk["device"]] = seconds.get(chunk["device"], 0.0) + share * chunk["seconds"]
+        if chunk["end_step"] <= step:
+            spent = chunk["seconds"]
+        elif clock is not None and "start_seconds" in chunk:
+            spent = clock - chunk["start_seconds"]
+        else:
+            spent = chunk["seconds"] * (step - chunk["start_step"]) / max(1, chunk["end_step"] - chunk["start_step"])
+        seconds[chunk["device"]] = seconds.get(chunk["device"], 0.0) + spent
     return {
         "samples": samples_seen(continuation, step),
         "steps": step + warm.get("steps", 0),
-        "chunks": len(chunks) + (1 if warm.get("steps") else 0),
+        "chunks": len(chunks) + warm.get("chunks", 1 if warm.get("steps") else 0),
         "seconds": {device: round(s, 1) for device, s in seconds.items()},
         "warm_start": warm or None,
     }
@@ -227,18 +253,6 @@ def recipe_difference(line: dict, asked: dict) -> str | None:
 # ---------------------------------------------------------------------------------------------- one continuation
 
 
-def newest_checkpoint(work_dir: str) -> str | None:
-    """The newest complete `checkpoint-N` of `work_dir`, or None."""
-    steps = {}
-    if os.path.isdir(work_dir):
-        for name in os.listdir(work_dir):
-            if re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-\d+", name) and not checkpoint_problem(
-                os.path.join(work_dir, name)
-            ):
-                steps[int(name.split("-")[1])] = os.path.join(work_dir, name)
-    return steps[max(steps)] if steps else None
-
-
 def chunk_record(
     work_dir: str, checkpoint: str, start_step: int, start_seconds: float, total_batch: int, commit: str | None
 ) -> dict:
@@ -251,6 +265,7 @@ def chunk_record(
         "start_step": start_step,
         "end_step": state["global_step"],
         "total_batch": total_batch,
+        "start_seconds": round(start_seconds, 1),
         "seconds": round(training_clock(state) - start_seconds, 1),
         "device": run_config.get("machine", "unrecorded"),
         "precision": run_config.get("precision"),
@@ -285,10 +300,12 @@ def write_last_checkpoint(release_dir: str, checkpoint: str, continuation: dict)
 
 
 def release_metric(release_dir: str, metric: str) -> float | None:
-    """The release's value of `metric` (`<split>_accuracy`, from its `eval_results.json`), None if there is none."""
+    """The release's value of `metric` (`<split>_accuracy`, from its `eval_results.json`, with the fixed steps of
+    training where the export chose adaptive steps), None if there is none."""
     results = read_json(os.path.join(release_dir, "eval_results.json")) or {}
-    split = metric.removeprefix("eval_").removesuffix("_accuracy")
-    return (results.get(split) or {}).get("accuracy")
+    values = results.get(metric.removeprefix("eval_").removesuffix("_accuracy")) or {}
+    # a CTL export runs adaptive steps as loaded; the line's evaluations are the fixed steps of training
+    return values.get("fixed_steps", values).get("accuracy")
 
 
 def curve_points(continuation: dict, trainer_state: dict) -> list[dict]:
@@ -334,17 +351,20 @@ def write_release(
     from ..plotting import plot_training_curve
 
     step = checkpoint_step(checkpoint)
-    record = compute_record(continuation, step)
+    clock = training_clock(read_json(os.path.join(checkpoint, "trainer_state.json")))
+    record = compute_record(continuation, step, clock)
     run_config = {
         **run_config,
+        # this line's own training up to the released step; the compute record below adds what came before it
         "training": {
-            "seconds": round(training_clock(read_json(os.path.join(checkpoint, "trainer_state.json"))), 1),
+            "seconds": round(clock, 1),
             "steps": step,
-            **({"chunks": record["chunks"]} if record["chunks"] > 1 else {}),
             "finished": datetime.datetime.now().astimezone().isoformat(timespec="minutes"),
         },
         "continuation": {
             **record,
+            "line_id": continuation.get("line_id"),
+            "line_step": step,
             "recipe": continuation["recipe"]["preset"],
             "resume": continuation["recipe"].get("resume"),
             "curve": CURVE_FILE,
@@ -400,29 +420,87 @@ def continue_release(
     Returns:
         A summary: `{"step", "samples", "released": bool, "metric", "release_value", "line_best", "finished"}`.
     """
+    limits = (["--max_wall_minutes", f"{minutes:g}"] if minutes else []) + (
+        ["--max_chunk_steps", str(chunk_steps)] if chunk_steps else []
+    )
+    with release_lock(release_dir):
+        return _continue(release_dir, work_dir, command + limits, recipe, publish, warm_start, switch_recipe, paper,
+                         run_kwargs)  # fmt: skip
+
+
+@contextlib.contextmanager
+def release_lock(release_dir: str):
+    """Hold the lock of a release folder: one continuation (or rebuild) of it at a time, in one line otherwise.
+
+    The lock sits beside the folder (`.NAME.lock/`; the folder itself is replaced whole), so every writer of the
+    release meets there, whichever work folder or device it uses."""
     name = os.path.basename(os.path.abspath(release_dir))
-    # the lock sits beside the release folder (which is replaced whole), so any two continuations of it meet there
     lock = OutputDirLock(os.path.join(os.path.dirname(os.path.abspath(release_dir)), f".{name}.lock"), name)
     try:
         lock.acquire()
     except UsageError as error:
-        raise UsageError(f"{name} is already being continued ({str(error).split('is in use by ', 1)[-1]})") from None
+        holder = str(error).split("is in use by ", 1)[-1]
+        raise UsageError(f"{name} is already being continued or rebuilt ({holder})") from None
     try:
-        limits = (["--max_wall_minutes", f"{minutes:g}"] if minutes else []) + (
-            ["--max_chunk_steps", str(chunk_steps)] if chunk_steps else []
-        )
-        return _continue(release_dir, work_dir, command + limits, recipe, publish, warm_start, switch_recipe, paper,
-                         run_kwargs)  # fmt: skip
+        yield
     finally:
         lock.release()
+
+
+def read_line(release_dir: str) -> dict | None:
+    """The `continuation.json` of a release's line (None: the release has no `last-checkpoint/`); a one-line
+    `UsageError` if `last-checkpoint/` is there without a readable one."""
+    last = os.path.join(release_dir, LAST_CHECKPOINT)
+    if not os.path.isdir(last):
+        return None
+    try:
+        line = read_json(os.path.join(last, CONTINUATION_FILE))
+    except (OSError, ValueError) as error:
+        raise UsageError(
+            f"{last}: {CONTINUATION_FILE} cannot be read ({first_line(error)}); nothing was changed"
+        ) from None
+    if not isinstance(line, dict) or "recipe" not in line:
+        raise UsageError(f"{last}: {CONTINUATION_FILE} is missing or not a line's record; nothing was changed")
+    return line
+
+
+def staged_checkpoint(last: str, work_dir: str) -> str:
+    """A whole, checked copy of `last-checkpoint/` beside the work folder (its parts joined); a one-line
+    `UsageError` (and no copy) if it is not a complete Trainer checkpoint."""
+    parent = os.path.dirname(os.path.abspath(work_dir))
+    os.makedirs(parent, exist_ok=True)
+    staged = tempfile.mkdtemp(prefix=".line-", dir=parent)
+    try:
+        shutil.copytree(last, staged, dirs_exist_ok=True)
+        join_split_files(staged)
+        os.remove(os.path.join(staged, CONTINUATION_FILE))
+        problem = checkpoint_problem(staged)
+        if problem is None:
+            checkpoint_step(staged)  # global_step is there
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        problem = first_line(error)
+    if problem:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise UsageError(f"{last}: {problem}; the release and its last-checkpoint/ were left as they are")
+    return staged
+
+
+def _check_work_dir_free(work_dir: str) -> None:
+    """Refuse in one line if a training holds the work folder (one a killed continuation left running)."""
+    try:
+        with lock_output_dir(work_dir, flag="the work folder"):
+            pass
+    except UsageError as error:
+        raise UsageError(f"{error}; nothing was changed") from None
 
 
 def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switch_recipe, paper, run_kwargs):
     name = os.path.basename(os.path.abspath(release_dir))
     last = os.path.join(release_dir, LAST_CHECKPOINT)
-    continuation = read_json(os.path.join(last, CONTINUATION_FILE)) if os.path.isdir(last) else None
-    if os.path.isdir(last) and continuation is None:
-        raise UsageError(f"{last}: {CONTINUATION_FILE} is missing (not a release line); nothing was changed")
+    for folder in (release_dir, last):  # finish or undo a replacement that a kill cut in two
+        clean_leftovers(folder)
+    _check_work_dir_free(work_dir)
+    continuation = read_line(release_dir)
     if continuation and (difference := recipe_difference(continuation["recipe"], recipe)):
         if not switch_recipe:
             raise UsageError(f"{name}: its last-checkpoint/ belongs to another recipe ({difference}); nothing was "
@@ -430,41 +508,43 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
         logger.warning("%s: a new line of %s replaces the line of %s (%s)", name, recipe["preset"],
                        continuation["recipe"]["preset"], difference)  # fmt: skip
         continuation = None
-    line_step = checkpoint_step(last) if continuation else None
     if continuation and continuation.get("finished"):
-        raise UsageError(f"{name}: its line finished its horizon ({line_step} steps); nothing was changed")
-
-    # a chunk that trained after the last promotion (the continuation was interrupted): adopt its newest checkpoint
-    newest = newest_checkpoint(work_dir)
-    work_run = read_json(os.path.join(work_dir, "run_config.json")) or {}
-    if newest and work_run.get("preset") == recipe["preset"] and checkpoint_step(newest) > (line_step or 0):
-        pending = read_json(os.path.join(work_dir, CONTINUATION_FILE))
-        if pending and (continuation is None or pending.get("line_id") == continuation.get("line_id")):
-            logger.warning("%s: adopting %s, trained by an interrupted continuation", name, newest)
+        raise UsageError(f"{name}: its line reached its horizon (max_steps); nothing was changed (a new line: a "
+                         "preset with a later horizon and --switch_recipe)")  # fmt: skip
+    staged = staged_checkpoint(last, work_dir) if continuation else None
+    try:
+        line_step = checkpoint_step(staged) if staged else 0
+        # a chunk of this line and recipe that trained after the last promotion (its continuation was killed)
+        pending = _pending(work_dir)
+        newest = latest_complete_checkpoint(work_dir)
+        if pending and newest and _adoptable(pending, continuation, recipe, line_step, checkpoint_step(newest)):
+            logger.warning("%s: adopting %s, trained by a continuation that was interrupted", name, newest)
             continuation, _ = _promote(release_dir, work_dir, newest, pending, publish, paper)
-            line_step = checkpoint_step(newest)
+            shutil.rmtree(staged, ignore_errors=True)
+            staged = staged_checkpoint(last, work_dir)
+            line_step = checkpoint_step(staged)
 
-    # the chunk starts from last-checkpoint/ (or the release's weights, or nothing), in a clean work folder
-    for entry in os.listdir(work_dir) if os.path.isdir(work_dir) else ():
-        if entry.startswith(PREFIX_CHECKPOINT_DIR) or entry in ("export", "stopped.json"):
-            shutil.rmtree(os.path.join(work_dir, entry), ignore_errors=True)
-    os.makedirs(work_dir, exist_ok=True)
-    start = []
-    if continuation:
-        resume = os.path.join(work_dir, f"{PREFIX_CHECKPOINT_DIR}-{line_step}")
-        shutil.copytree(last, resume)
-        join_split_files(resume)
-        if problem := checkpoint_problem(resume):
-            shutil.rmtree(resume, ignore_errors=True)
-            raise UsageError(f"{last}: {problem}; the release and its last-checkpoint/ were left as they are")
-        os.remove(os.path.join(resume, CONTINUATION_FILE))
-        start = ["--resume_from_checkpoint", resume]
-        start_seconds = training_clock(read_json(os.path.join(resume, "trainer_state.json")))
-    else:
-        continuation = new_line(release_dir, recipe, warm_start)
-        line_step, start_seconds = 0, 0.0
-        if warm_start:
-            start = ["--model_name_or_path", os.path.relpath(release_dir, run_kwargs.get("cwd") or os.getcwd())]
+        # the chunk starts from last-checkpoint/ (or the release's weights, or nothing), in a clean work folder
+        for entry in os.listdir(work_dir) if os.path.isdir(work_dir) else ():
+            if entry.startswith(PREFIX_CHECKPOINT_DIR) or entry in ("export", "stopped.json", CONTINUATION_FILE):
+                path = os.path.join(work_dir, entry)
+                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+        os.makedirs(work_dir, exist_ok=True)
+        start = []
+        if staged:
+            resume = os.path.join(work_dir, f"{PREFIX_CHECKPOINT_DIR}-{line_step}")
+            os.rename(staged, resume)
+            staged = None
+            start = ["--resume_from_checkpoint", resume]
+            start_seconds = training_clock(read_json(os.path.join(resume, "trainer_state.json")))
+        else:
+            continuation = new_line(release_dir, recipe, warm_start)
+            start_seconds = 0.0
+            if warm_start:
+                start = ["--model_name_or_path", os.path.relpath(release_dir, run_kwargs.get("cwd") or os.getcwd())]
+    finally:
+        if staged:
+            shutil.rmtree(staged, ignore_errors=True)
     pending = {**continuation, "pending": {"start_step": line_step, "start_seconds": start_seconds,
                                            "commit": _git_commit()}}  # fmt: skip
     with open(os.path.join(work_dir, CONTINUATION_FILE), "w") as f:
@@ -473,7 +553,7 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
     chunk_command = command + start
     logger.info("%s: training from step %d: %s", name, line_step, " ".join(chunk_command))
     status = subprocess.run(chunk_command, **run_kwargs).returncode
-    newest = newest_checkpoint(work_dir)
+    newest = latest_complete_checkpoint(work_dir)
     if status not in (0, EXIT_STOPPED) and read_stopped(work_dir) is None:
         raise RuntimeError(f"{name}: the chunk failed (exit status {status}); the release and its last-checkpoint/ "
                            "are unchanged")  # fmt: skip
@@ -494,8 +574,30 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
     }
 
 
+def _pending(work_dir: str) -> dict | None:
+    """The record a continuation leaves in its work folder while it trains (None if there is none, or unreadable)."""
+    try:
+        pending = read_json(os.path.join(work_dir, CONTINUATION_FILE))
+    except (OSError, ValueError):
+        return None
+    return pending if isinstance(pending, dict) and "pending" in pending and "recipe" in pending else None
+
+
+def _adoptable(pending: dict, continuation: dict | None, recipe: dict, line_step: int, newest_step: int) -> bool:
+    """Whether a chunk left in the work folder continues the release's line as it is now, with the recipe asked for:
+    the same line (or, for a new line, none yet), the same recipe, starting where the line stands, and past it."""
+    same_line = pending.get("line_id") == continuation.get("line_id") if continuation else not pending.get("chunks")
+    return (
+        same_line
+        and recipe_difference(pending["recipe"], recipe) is None
+        and pending["pending"].get("start_step") == line_step
+        and newest_step > line_step
+    )
+
+
 def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
-    """The `continuation.json` of a new line: its recipe and, from the release's weights, what they had cost."""
+    """The `continuation.json` of a new line: its recipe and, from the release's weights, what they had cost (the
+    whole compute record of a release that a line made, else its one run)."""
     warm = None
     if warm_start:
         if not os.path.isfile(os.path.join(release_dir, "model.safetensors")):
@@ -503,25 +605,27 @@ def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
         run_config = read_json(os.path.join(release_dir, "run_config.json")) or {}
         results = read_json(os.path.join(release_dir, "eval_results.json")) or {}
         training = run_config.get("training") or {}
-        previous = run_config.get("continuation")
-        batch = (run_config.get("preset_values") or {}).get("per_device_train_batch_size", 0) * (
-            run_config.get("processes") or 1
-        )
+        if previous := run_config.get("continuation"):
+            spent = {key: previous[key] for key in ("steps", "samples", "seconds", "chunks")}
+        else:
+            steps = training.get("steps", 0)
+            batch = total_batch(run_config.get("preset_values") or {}, run_config.get("processes") or 1)
+            device = run_config.get("machine", "unrecorded")
+            spent = {"steps": steps, "samples": steps * batch, "seconds": {device: training.get("seconds", 0.0)},
+                     "chunks": training.get("chunks", 1)}  # fmt: skip
         warm = {
             "from": os.path.basename(os.path.abspath(release_dir)),
-            "steps": previous["steps"] if previous else training.get("steps", 0),
-            "samples": previous["samples"] if previous else training.get("steps", 0) * batch,
-            "seconds": training.get("seconds", 0.0),
-            "device": run_config.get("machine", "unrecorded"),
-            "results": {split: values["accuracy"] for split, values in results.items()},
+            **spent,
+            "results": {split: values.get("fixed_steps", values)["accuracy"] for split, values in results.items()},
         }
     line_id = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     return {"line_id": line_id, "recipe": recipe, "warm_start": warm, "chunks": []}
 
 
 def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[dict, bool]:
-    """After a chunk: its newest checkpoint becomes `last-checkpoint/`; if the line's best beats the release, the
-    best checkpoint is released. Returns the line's new `continuation.json` and whether it was released."""
+    """After a chunk: if the line's best (the latest on ties) is in this chunk and at least the release's, it is
+    released; then the chunk's newest checkpoint becomes `last-checkpoint/`. Returns the line's new
+    `continuation.json` and whether this chunk released."""
     start = pending.pop("pending")
     record = chunk_record(work_dir, newest, start["start_step"], start["start_seconds"],
                           pending["recipe"]["total_batch"], start.get("commit"))  # fmt: skip
@@ -532,19 +636,21 @@ def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[di
     metric = pending["recipe"]["values"].get("metric_for_best_model", "ood_valid_accuracy")
     best, best_dir = state.get("best_metric"), state.get("best_model_checkpoint")
     current = release_metric(release_dir, metric)
+    # Trainer's best of the whole line; its folder is here only if this chunk saved it
     best_dir = best_dir and os.path.join(work_dir, os.path.basename(best_dir))
-    improved = bool(best is not None and (current is None or best > current) and best_dir and os.path.isdir(best_dir))
-    continuation["chunks"][-1]["released_step"] = checkpoint_step(best_dir) if improved else None
+    in_chunk = bool(best_dir and os.path.isdir(best_dir) and checkpoint_step(best_dir) > start["start_step"])
+    released = in_chunk and best is not None and (current is None or best >= current)
+    record["released_step"] = checkpoint_step(best_dir) if released else None
     # the release first: were the process killed before last-checkpoint/ is written, the next continuation adopts
-    # this chunk again from the work folder (where the released checkpoint still is), and nothing is lost
-    if improved:
+    # this chunk again from the work folder (where the released checkpoint still is), and releases it again
+    if released:
         run_config = read_json(os.path.join(work_dir, "run_config.json")) or {}
         write_release(release_dir, best_dir, state, continuation, run_config, publish, paper)
         logger.warning("%s: released step %s (%s %.4f, was %s)", os.path.basename(release_dir),
-                       checkpoint_step(best_dir), metric, best, current)  # fmt: skip
+                       record["released_step"], metric, best, current)  # fmt: skip
     else:
         logger.warning("%s: the release stays (%s %s; the line's best: %s)", os.path.basename(release_dir), metric,
                        current, best)  # fmt: skip
     write_last_checkpoint(release_dir, newest, continuation)
     os.remove(os.path.join(work_dir, CONTINUATION_FILE))  # promoted: nothing left to adopt
-    return continuation, bool(improved)
+    return continuation, released
