@@ -24,6 +24,8 @@ Modules, in the order `train.py` uses them:
   or adaptive steps (`evaluate_model.py`, `compare.py`, the export's adaptive-steps study and the benchmarks use it)
 - `adaptive`: for a CTL export, the adaptive-steps threshold chosen on `ood_valid`, and fixed against adaptive steps
   per split and depth (on the task's splits and on deeper compositions)
+- `continuation`: releases that keep training: a release's `last-checkpoint/` resumed for a time box wherever compute
+  is free, released again when `ood_valid` improves (`continue_release`; `make release-continue`, `make gpu-release`)
 - `schedules`: `PonderWeightSchedule`, ACT's ponder weight warmed up once the task starts to be learned
   (`--ponder_warmup_loss`, `--ponder_warmup_steps`)
 - `official`: a checkpoint of the paper's official code as a hub-ready ndr folder (`convert_official_checkpoint`,
