@@ -287,25 +287,33 @@ def _geometric_attention_cpu_backward(
     return tuple(grads)
 
 
-@_geometric_attention_cpu_backward.register_fake
-def _(grad, weights, content, left, right, key_valid):
-    return torch.empty_like(content), torch.empty_like(left), torch.empty_like(right)
+def register_kernel_autograd(forward_op, backward_op) -> None:
+    """The autograd rule every fused geometric-attention kernel shares (the CPU kernel here, the Triton kernels in
+    `geometric_ndr_triton`): the forward saves its weights and inputs, the backward calls `backward_op`, a custom op
+    `(grad, weights, content, left, right, key_valid) -> (grad_content, grad_left, grad_right)`, whose fake (shape)
+    implementation for `torch.compile` is registered too.
+
+    Args:
+        forward_op: the kernel's forward custom op `(content, left, right, key_valid) -> weights`.
+        backward_op: its backward custom op.
+    """
+
+    @backward_op.register_fake
+    def _(grad, weights, content, left, right, key_valid):
+        return torch.empty_like(content), torch.empty_like(left), torch.empty_like(right)
+
+    def setup_context(ctx, inputs, output):
+        content, left, right, key_valid = inputs
+        ctx.save_for_backward(output, content, left, right, key_valid)
+
+    def backward(ctx, grad):
+        weights, content, left, right, key_valid = ctx.saved_tensors
+        return (*backward_op(grad, weights, content, left, right, key_valid), None)
+
+    forward_op.register_autograd(backward, setup_context=setup_context)
 
 
-def _setup_context(ctx, inputs, output):
-    content, left, right, key_valid = inputs
-    ctx.save_for_backward(output, content, left, right, key_valid)
-
-
-def _backward(ctx, grad):
-    weights, content, left, right, key_valid = ctx.saved_tensors
-    grad_content, grad_left, grad_right = _geometric_attention_cpu_backward(
-        grad, weights, content, left, right, key_valid
-    )
-    return grad_content, grad_left, grad_right, None
-
-
-_geometric_attention_cpu.register_autograd(_backward, setup_context=_setup_context)
+register_kernel_autograd(_geometric_attention_cpu, _geometric_attention_cpu_backward)
 
 
 @torch.compiler.assume_constant_result  # evaluated once when torch.compile traces, not a graph break

@@ -37,6 +37,8 @@ import math
 
 import torch
 
+from .geometric_ndr import register_kernel_autograd
+
 
 try:  # optional; transformers' remote-code import check skips imports inside `try`
     import triton
@@ -259,23 +261,7 @@ def _geometric_attention_backward(
     return _backward(grad.contiguous(), weights, content, left, right, key_valid)
 
 
-@_geometric_attention_backward.register_fake
-def _(grad, weights, content, left, right, key_valid):
-    return torch.empty_like(content), torch.empty_like(left), torch.empty_like(right)
-
-
-def _setup_context(ctx, inputs, output):
-    content, left, right, key_valid = inputs
-    ctx.save_for_backward(output, content, left, right, key_valid)
-
-
-def _autograd_backward(ctx, grad):
-    weights, content, left, right, key_valid = ctx.saved_tensors
-    grad_content, grad_left, grad_right = _geometric_attention_backward(grad, weights, content, left, right, key_valid)
-    return grad_content, grad_left, grad_right, None
-
-
-_geometric_attention.register_autograd(_autograd_backward, setup_context=_setup_context)
+register_kernel_autograd(_geometric_attention, _geometric_attention_backward)
 
 
 def geometric_attention_triton(
