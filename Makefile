@@ -14,7 +14,7 @@ DEMO_ARGS ?=
 
 .PHONY: help compare release push-release setup demo demo-backward demo-backward-long demo-forward-long \
 	demo-backward-bos demo-backward-first example-finetune test test-slow test-gpu test-image-versions lint format \
-	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue
+	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown
 
 setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
 
@@ -146,6 +146,9 @@ RELEASE_ARGS ?=
 GPU_RELEASE_ARGS ?=
 release-continue: $(STAMP) ## keep training the release of TASK on this CPU for MINUTES (e.g. TASK=arithmetic MINUTES=150)
 	$(BIN)/python hub_cards/make_model_repos.py --continue $(TASK) --minutes $(MINUTES) $(RELEASE_ARGS)
+STEPS ?= 4000
+release-cooldown: $(STAMP) ## a branch of TASK's line whose learning rate decays to 0 over STEPS; released if ood_valid improved
+	$(BIN)/python hub_cards/make_model_repos.py --cooldown $(TASK) --steps $(STEPS) $(RELEASE_ARGS)
 gpu-release: $(STAMP) ## keep training the paper-size model of TASK on this machine's GPU(s) for MINUTES
 	$(BIN)/python hub_cards/make_model_repos.py --gpu $(TASK) --minutes $(MINUTES) $(GPU_RELEASE_ARGS)
 ORG ?= ndr-org

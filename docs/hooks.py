@@ -46,10 +46,10 @@ def released_curves(models: Path = RELEASED) -> list[Path]:
 
 
 def render_lines(models: Path = RELEASED) -> str:
-    """`<!-- release lines -->`: for each release that keeps training, one row per chunk of its line (read from
-    `last-checkpoint/continuation.json` and the evaluations in its `trainer_state.json`): when, which commit, on what,
-    the steps, the samples seen at its end, its best `ood_valid` (with that evaluation's `ood_test`) and what it
-    released."""
+    """`<!-- release lines -->`: for each release that keeps training, one row per chunk of its line and per cooldown
+    branch (read from `last-checkpoint/continuation.json` and the evaluations in its `trainer_state.json`): when,
+    which commit, on what, the steps, the samples seen at its end, its best `ood_valid` (with that evaluation's
+    `ood_test`) and what it released."""
     from modeling_ndr.training.continuation import evaluation_history, samples_seen
 
     blocks = []
@@ -76,6 +76,18 @@ def render_lines(models: Path = RELEASED) -> str:
                 f"{best['ood_valid']['accuracy']:.3f} (step {best['step']:,})" if best else "–",
                 format_value(best["ood_test"]["accuracy"]) if best and "ood_test" in best else "–",
                 f"step {released:,}" if released is not None else "kept",
+            ])  # fmt: skip
+        for number, branch in enumerate(line.get("branches", []), 1):  # make release-cooldown
+            best, released = branch.get("best") or {}, branch.get("released_step")
+            samples = samples_seen(line, branch["start_step"]) + (branch["end_step"] - branch["start_step"]) * branch[
+                "total_batch"]  # fmt: skip
+            rows.append([
+                f"cooldown {number}", branch["finished"][:16].replace("T", " "), branch.get("commit") or "–",
+                branch["device"].split(", torch")[0] + (f", {branch['precision']}" if branch.get("precision") else ""),
+                f"{branch['start_step']:,} → {branch['end_step']:,} (rate to 0)", f"{samples / 1e6:.2f}M",
+                f"{branch['seconds'] / 60:.0f}",
+                f"{best['ood_valid']:.3f} (step {best['step']:,})" if "ood_valid" in best else "–",
+                format_value(best.get("ood_test")), f"step {released:,}" if released is not None else "kept",
             ])  # fmt: skip
         columns = ["chunk", "finished", "commit", "device", "steps", "samples seen", "minutes",
                    "best ood_valid", "its ood_test", "release"]  # fmt: skip

@@ -7,6 +7,7 @@
     python hub_cards/make_model_repos.py --refresh       # re-render built releases' cards (no run in outputs/)
     python hub_cards/make_model_repos.py --continue arithmetic --minutes 150   # keep training a release (this CPU)
     python hub_cards/make_model_repos.py --gpu listops --minutes 25          # the paper-size model on this GPU
+    python hub_cards/make_model_repos.py --cooldown arithmetic --steps 4000  # a decayed branch of the line, released
 
 Each release is one training run of `training/train.py` with a task preset, launched as `make demo` launches it (two
 gloo processes on the CPU), into `outputs/<run>/`. Its folder here holds `config.json` (with `auto_map` and
@@ -20,6 +21,9 @@ that line on this CPU (two gloo processes, the task's `*_cpu_continue` preset) f
 gpu-release`) does the same on this machine's GPUs with the task's GPU preset (`configuration/<task>_gpu.yaml`, the
 paper's recipe): two separate GPU half hours add up to one run. A line of another recipe is refused in one line
 (`--switch_recipe` starts a new line of the asked recipe; `--gpu` does so by itself, from a new model).
+`--cooldown TASK --steps N` (`make release-cooldown`, `modeling_ndr.training.cooldown`) trains a branch of the line in
+which the learning rate decays to zero over N steps, and releases its best checkpoint if `ood_valid` is at least the
+release's; the line itself stays where it is and keeps training at its constant rate.
 
 The modeling code is not committed here (copies would drift from `modeling_ndr/`): `--push` and `--stage` add it
 from the installed package (`save_pretrained` writes it), so the pushed repository also loads with
@@ -46,6 +50,7 @@ from modeling_ndr.training.continuation import (
     release_lock,
     total_batch,
 )
+from modeling_ndr.training.cooldown import cooldown_release
 from modeling_ndr.training.errors import UsageError, exit_on_usage_error
 
 
@@ -239,6 +244,59 @@ def cpu_continue(task: str, minutes: float, **kwargs) -> dict:
                          resume=resume, **kwargs)  # fmt: skip
 
 
+def cpu_cooldown(
+    task: str,
+    steps: int,
+    minutes: float | None = None,
+    decay_type: str = "linear",
+    outputs_dir: str | None = None,
+    models_dir: str = MODELS_DIR,
+    org: str = DEFAULT_ORG,
+    command: list[str] | None = None,
+    processes: int = 2,
+    env: dict | None = None,
+) -> dict:
+    """`make release-cooldown`: a cooldown branch of release `task`'s line on this CPU (`cooldown.cooldown_release`),
+    with the line's recipe and global batch, into the work folder `<line's work folder>-cooldown`.
+
+    Args:
+        task: a key of `CPU_CONTINUATIONS`.
+        steps: the branch's steps (the decay to zero).
+        minutes: a time box for the branch.
+        decay_type: the decay's shape (linear, cosine, 1-sqrt).
+        outputs_dir, models_dir, org: as `continue_line`'s.
+        command: the launch of train.py (default: two gloo processes, as `make release-continue`).
+        processes: the processes `command` starts.
+        env: the launch's environment (default: `CPU_ENV`).
+    """
+    if task not in CPU_CONTINUATIONS:
+        raise UsageError(f"--cooldown {task}: no line for it; choose one of {', '.join(sorted(CPU_CONTINUATIONS))}")
+    name, release = CPU_CONTINUATIONS[task]
+    release_dir = os.path.join(models_dir, name)
+    line = read_line(release_dir)
+    if line is None:
+        raise UsageError(f"{name}: no line to branch from (make release-continue TASK={task} starts one)")
+    work_dir = os.path.join(outputs_dir or os.path.join(REPO, "outputs"), release.run + "-cooldown")
+    shown = os.path.relpath(work_dir, REPO) if not os.path.relpath(work_dir, REPO).startswith("..") else work_dir
+    recipe = line["recipe"]
+    launch = (command or cpu_launch()) + ["--total_batch_size", str(recipe["total_batch"])]  # the line's batch
+
+    def publish(checkpoint: str, staging: str, eval_results: dict, run_config: dict) -> None:
+        _released_files(name, checkpoint, staging, org, MAX_BYTES, eval_results, run_config)
+
+    summary = cooldown_release(
+        release_dir, work_dir,
+        launch + ["--preset", recipe["preset"], "--output_dir", shown, "--disable_tqdm", "true"],
+        steps, publish, paper=PAPER_BUDGETS.get(name), decay_type=decay_type, minutes=minutes, cwd=REPO,
+        env=env or dict(os.environ, **CPU_ENV),
+    )  # fmt: skip
+    value = f"{summary['release_value']:.4f}" if summary["release_value"] is not None else "none"
+    outcome = "released" if summary["released"] else "release kept"
+    print(f"[release] {name}: cooldown branch from step {summary['start_step']} to {summary['step']}; best "
+          f"{summary['metric']} {summary['branch_best']}; {outcome} ({value})")  # fmt: skip
+    return summary
+
+
 def gpu_release(task: str, minutes: float, processes: int | None = None, **kwargs) -> dict:
     """`make gpu-release`: the line of release `task` on this machine's GPUs for `minutes` (a line a CPU started
     trains on here, faster, with its global batch); a release without a line starts one of the task's GPU preset
@@ -332,6 +390,13 @@ def main(argv=None):
     line.add_argument("--continue", dest="continue_task", choices=sorted(CPU_CONTINUATIONS),
                       help="Resume this release's line on this CPU for --minutes.")  # fmt: skip
     line.add_argument("--gpu", choices=sorted(GPU_RELEASES), help="Resume this task's GPU line for --minutes.")
+    line.add_argument(
+        "--cooldown",
+        choices=sorted(CPU_CONTINUATIONS),
+        help="Train a branch of this release's line whose learning rate decays to 0 over --steps.",
+    )
+    line.add_argument("--steps", type=int, default=None, help="The cooldown branch's steps.")
+    line.add_argument("--decay_type", default="linear", help="The cooldown's shape: linear, cosine or 1-sqrt.")
     line.add_argument("--minutes", type=float, default=None, help="The time box of the chunk (wall-clock minutes).")
     line.add_argument("--switch_recipe", action="store_true", help="Replace a line of another recipe by a new one.")
     line.add_argument("--from_scratch", action="store_true", help="A new line starts from a new model.")
@@ -340,6 +405,12 @@ def main(argv=None):
     line.add_argument("--outputs_dir", default=None, help="Where the work folder goes (default: outputs/).")
     line.add_argument("--models_dir", default=MODELS_DIR, help="Where the release folder is.")
     args = parser.parse_args(argv)
+    if args.cooldown:
+        if not args.steps or args.steps <= 0:
+            raise UsageError("--steps N (N > 0): the cooldown branch's steps")
+        cpu_cooldown(args.cooldown, args.steps, args.minutes, args.decay_type, args.outputs_dir, args.models_dir,
+                     args.org)  # fmt: skip
+        return
     if args.gpu or args.continue_task:
         if not args.minutes or args.minutes <= 0:
             raise UsageError("--minutes M (M > 0): the time box of the chunk")

@@ -230,6 +230,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         paper=paper_reference(run_config, eval_results),
         continuation=run_config.get("continuation"),
         paper_budget=(run_config.get("continuation") or {}).get("paper_samples"),
+        cooldown=run_config.get("cooldown"),
         adaptive=adaptive_card,
         example_text=example["text"],
         example_label=example["label"],
