@@ -92,8 +92,8 @@ format: $(STAMP) ## ruff format, then ruff check --fix (what lint checks, fixed 
 test-slow: $(STAMP) ## the opt-in long tests (-m slow)
 	$(BIN)/python -m pytest -q -m slow
 
-test-gpu: $(STAMP) ## the CUDA tests (-m gpu; skipped without a GPU, NDR_TEST_DEVICE=cpu runs tests/test_gpu.py on the CPU)
-	$(BIN)/python -m pytest -q -m gpu
+test-gpu: $(STAMP) ## the CUDA tests and the Triton kernels' (-m "gpu or triton"; the CUDA ones skip without a GPU)
+	$(BIN)/python -m pytest -q -m "gpu or triton"
 
 # The GPU image's library versions (docs/clusters.md#the-gpu-image), tried on this CPU: make test in a second
 # virtualenv, .venv-image/, with the image's pins. Two differences, as this machine allows: torch 2.13.0's CPU build

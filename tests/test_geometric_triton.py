@@ -20,6 +20,8 @@ from modeling_ndr.attention_ndr import attention
 from modeling_ndr.geometric_ndr import geometric_attention_torch, uses_triton_kernel
 
 
+# -m triton: on a GPU, make test-gpu and make gpu-session run them with the CUDA tests (-m "gpu or triton")
+pytestmark = pytest.mark.triton
 DEVICE = triton_kernels.kernel_device_type()  # "cpu" in the interpreter, "cuda" compiled, "" without triton
 needs_triton = pytest.mark.skipif(not DEVICE, reason="triton is not installed (pip install -e '.[triton]')")
 
