@@ -42,6 +42,7 @@ from modeling_ndr import (
 from modeling_ndr.attention_ndr import attention
 from modeling_ndr.geometric_ndr import uses_triton_kernel
 from modeling_ndr.tables import markdown_table
+from modeling_ndr.training.errors import first_line
 
 
 GPU_PRESETS = ("ctl_gpu", "arithmetic_gpu", "listops_gpu")
@@ -85,9 +86,11 @@ def peak_memory_mib(function, device: torch.device) -> float | None:
 
 def attention_contenders(
     batch: int, heads: int, seq: int, head_size: int, device: torch.device, compile_backend: str = "inductor"
-) -> dict:
+) -> tuple[dict, dict[str, str]]:
     """Forward + backward of geometric attention (eager, compiled, Triton) and of SDPA's flash and memory-efficient
-    backends, under bf16 autocast, from the same float32 leaf tensors and the same output gradient."""
+    backends, under bf16 autocast, from the same float32 leaf tensors and the same output gradient. Returns those
+    that ran once (the first call compiles) and, for the others, why not: one that fails to compile or to run here
+    leaves the others measured."""
     generator = torch.Generator(device="cpu").manual_seed(0)
     shape = (batch, heads, seq, head_size)
     query, key, value = (torch.randn(shape, generator=generator).to(device).requires_grad_() for _ in range(3))
@@ -125,16 +128,21 @@ def attention_contenders(
 
         return body
 
-    contenders = {"geometric": call(geometric), "compiled": call(compiled)}
+    # the code that has run elsewhere first, the code compiled here for the first time last (a failed kernel launch
+    # can leave the device unusable for what follows)
+    candidates = {"geometric": call(geometric), "flash": call(sdpa(SDPBackend.FLASH_ATTENTION)),
+                  "efficient": call(sdpa(SDPBackend.EFFICIENT_ATTENTION)), "compiled": call(compiled)}  # fmt: skip
     if uses_triton_kernel(torch.empty(0, device=device)):  # triton installed, and it runs on this device
-        contenders["triton"] = call(triton)
-    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        candidates["triton"] = call(triton)
+    contenders, failures = {}, {}
+    for name, function in candidates.items():
         try:
-            call(sdpa(backend))()
-        except RuntimeError:  # the backend does not run here (the CPU has no memory-efficient kernel)
+            function()
+        except Exception as error:  # e.g. the CPU has no memory-efficient SDPA; a kernel that does not compile
+            failures[name] = first_line(error)
             continue
-        contenders[name] = call(sdpa(backend))
-    return contenders
+        contenders[name] = function
+    return contenders, failures
 
 
 # the geometric contenders besides eager, as the table names them
@@ -142,25 +150,35 @@ GEOMETRIC_VARIANTS = {"compiled": "compiled", "triton": "Triton"}
 
 
 def attention_op(
-    seqs: list[int], batch: int, heads: int, head_size: int, repeats: int, device, compile_backend: str = "inductor"
+    seqs: list[int],
+    batch: int,
+    heads: int,
+    head_size: int,
+    repeats: int,
+    device,
+    compile_backend: str = "inductor",
+    rows: list[dict] | None = None,
+    saved=lambda: None,
 ) -> list[dict]:
-    rows = []
+    """One row per length, appended to `rows` and `saved()` as it is measured."""
+    rows = [] if rows is None else rows
     for seq in seqs:
-        contenders = attention_contenders(batch, heads, seq, head_size, device, compile_backend)
+        contenders, failures = attention_contenders(batch, heads, seq, head_size, device, compile_backend)
         times = timed_rounds(contenders, device, repeats)
         memory = {name: peak_memory_mib(function, device) for name, function in contenders.items()}
-        row = {"N": seq, "geometric (ms)": f"{times['geometric'] * 1e3:.2f}"}
+        row = {"N": seq, "geometric (ms)": f"{times['geometric'] * 1e3:.2f}" if "geometric" in times else "n/a"}
         for name in ("flash", "efficient"):
             if name in times:
                 row[f"SDPA {name} (ms)"] = f"{times[name] * 1e3:.2f}"
-                row[f"geometric / {name}"] = ratio(times["geometric"], times[name])
+                if "geometric" in times:
+                    row[f"geometric / {name}"] = ratio(times["geometric"], times[name])
             else:
                 row[f"SDPA {name} (ms)"] = "n/a"
         for name, label in GEOMETRIC_VARIANTS.items():
             row[f"geometric {label} (ms)"] = f"{times[name] * 1e3:.2f}" if name in times else "n/a"
             if name in times and "flash" in times:
                 row[f"{label} / flash"] = ratio(times[name], times["flash"])
-        if memory["geometric"] is not None:
+        if memory.get("geometric") is not None:
             row["peak MiB geometric"] = f"{memory['geometric']:.0f}"
             for name, label in GEOMETRIC_VARIANTS.items():
                 if memory.get(name) is not None:
@@ -171,7 +189,10 @@ def attention_op(
             best = min((memory[name] for name in ("flash", "efficient") if memory.get(name)), default=None)
             if best:
                 row["memory geometric / best SDPA"] = ratio(memory["geometric"], best)
+        if failures:
+            row["failed"] = "; ".join(f"{name}: {why}" for name, why in failures.items())
         rows.append(row)
+        saved()
         print(f"N {seq}: {row}", flush=True)
     return rows
 
@@ -239,36 +260,54 @@ def training_stepper(model, batches, training_args, device):
     return step
 
 
-def training_steps(presets: list[str], device, tiny: bool, repeats: int, compile_backend: str) -> list[dict]:
-    rows = []
+def training_steps(
+    presets: list[str],
+    device,
+    tiny: bool,
+    repeats: int,
+    compile_backend: str,
+    rows: list[dict] | None = None,
+    saved=lambda: None,
+) -> list[dict]:
+    """One row per preset, appended to `rows` and `saved()` as it is measured: eager first, then compiled (whose
+    compilation may take long or fail: the eager figures are kept either way), timed side by side with eager."""
+    rows = [] if rows is None else rows
     for preset in presets:
-        config, batches, training_args, batch_size = preset_model_and_batches(preset, device, tiny)
-        torch.manual_seed(0)
-        eager = NDRForSequenceClassification(config).to(device)
-        torch.manual_seed(0)
-        compiled = torch.compile(NDRForSequenceClassification(config).to(device), backend=compile_backend)
-        steps = {"eager": training_stepper(eager, batches, training_args, device),
-                 "compiled": training_stepper(compiled, batches, training_args, device)}  # fmt: skip
-        for step in steps.values():  # compile every batch shape before timing
-            for _ in range(len(batches)):
-                step()
-        times = timed_rounds(steps, device, repeats, warmup=0)
-        memory = {name: peak_memory_mib(step, device) for name, step in steps.items()}
-        mean_tokens = statistics.mean(batch["input_ids"].shape[1] for batch in batches)
-        row = {
-            "preset": preset + (" (tiny)" if tiny else ""),
-            "batch x padded length": f"{batch_size} x {mean_tokens:.0f}",
-            "eager samples/s": f"{batch_size / times['eager']:.0f}",
-            "compiled samples/s": f"{batch_size / times['compiled']:.0f}",
-            "compiled speed-up": ratio(times["eager"], times["compiled"]),
-        }
-        if memory["eager"] is not None:
-            row["peak GiB eager"] = f"{memory['eager'] / 1024:.2f}"
-            row["peak GiB compiled"] = f"{memory['compiled'] / 1024:.2f}"
-        row["max_steps"] = f"{training_args.max_steps:,}"
-        row["their minutes, eager"] = f"{training_args.max_steps * times['eager'] / 60:.1f}"
-        row["their minutes, compiled"] = f"{training_args.max_steps * times['compiled'] / 60:.1f}"
+        row = {"preset": preset + (" (tiny)" if tiny else "")}
         rows.append(row)
+        try:
+            config, batches, training_args, batch_size = preset_model_and_batches(preset, device, tiny)
+        except Exception as error:  # the next preset is still measured
+            row["failed"] = f"data: {first_line(error)}"
+            saved()
+            continue
+        mean_tokens = statistics.mean(batch["input_ids"].shape[1] for batch in batches)
+        row["batch x padded length"] = f"{batch_size} x {mean_tokens:.0f}"
+        steps, times = {}, {}
+        for name in ("eager", "compiled"):
+            try:
+                torch.manual_seed(0)
+                model = NDRForSequenceClassification(config).to(device)
+                model = torch.compile(model, backend=compile_backend) if name == "compiled" else model
+                step = training_stepper(model, batches, training_args, device)
+                for _ in range(len(batches)):  # every batch shape compiled before timing
+                    step()
+                times = timed_rounds({**steps, name: step}, device, repeats, warmup=0)  # beside those before it
+                memory = peak_memory_mib(step, device)
+            except Exception as error:  # a model that does not compile, or does not fit: the figures so far stay
+                row["failed"] = f"{name}: {first_line(error)}"
+                break
+            steps[name] = step
+            row.update({f"{measured} samples/s": f"{batch_size / seconds:.0f}" for measured, seconds in times.items()})
+            if memory is not None:
+                row[f"peak GiB {name}"] = f"{memory / 1024:.2f}"
+            saved()
+        if len(steps) == 2:
+            row["compiled speed-up"] = ratio(times["eager"], times["compiled"])
+        row["max_steps"] = f"{training_args.max_steps:,}"
+        for name, seconds in times.items():
+            row[f"their minutes, {name}"] = f"{training_args.max_steps * seconds / 60:.1f}"
+        saved()
         print(f"{preset}: {row}", flush=True)
     return rows
 
@@ -298,12 +337,17 @@ def main(argv=None) -> dict | None:
     setting = f"batch {batch}, heads {heads}, head size {head_size}, forward + backward, median"
     if args.tiny:  # small tiles: Triton's interpreter (the CPU) runs a tile element by element
         geometric_ndr_triton.BLOCK_ROWS, geometric_ndr_triton.BLOCK_DISTANCES = 4, 16
-    attention_rows = attention_op(seqs, batch, heads, head_size, args.repeats, device, args.compile_backend)
-    print(f"\n### attention op on {name} ({setting})\n\n{markdown_table(attention_rows)}\n", flush=True)
+    # written again after every row: a run stopped from outside keeps what it measured
+    results = {"machine": machine(), "device": name, "attention": [], "training_step": []}
+    saved = lambda: save_json(args.json, results)  # noqa: E731
+    attention_op(
+        seqs, batch, heads, head_size, args.repeats, device, args.compile_backend, results["attention"], saved
+    )
+    print(f"\n### attention op on {name} ({setting})\n\n{markdown_table(results['attention'])}\n", flush=True)
     presets = [p for p in args.presets.split(",") if p]
-    step_rows = training_steps(presets, device, args.tiny, args.repeats, args.compile_backend)
-    print(f"\n### training step on {name} (eager vs torch.compile)\n\n{markdown_table(step_rows)}\n", flush=True)
-    results = {"machine": machine(), "device": name, "attention": attention_rows, "training_step": step_rows}
+    training_steps(presets, device, args.tiny, args.repeats, args.compile_backend, results["training_step"], saved)
+    table = markdown_table(results["training_step"])
+    print(f"\n### training step on {name} (eager vs torch.compile)\n\n{table}\n", flush=True)
     return save_json(args.json, results)
 
 

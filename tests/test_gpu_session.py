@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 from scripts import REPO, load_script
 
 
@@ -188,3 +189,27 @@ def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(tmp_path)
     released = {f"ndr-ctl-forward/{path.relative_to(release)}" for path in release.rglob("*") if path.is_file()}
     assert "ndr-ctl-forward/model.safetensors" in released, "make gpu-release wrote the release"
     assert set(tar_members(out, "release-ndr-ctl-forward.tar")) == released, "all of the release comes back"
+
+
+def test_a_benchmark_contender_that_fails_to_compile_leaves_the_others_measured_and_saved(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script("benchmarks/gpu.py")
+
+    class FailsToCompile(torch.nn.Module):
+        def __init__(self, model, **options):
+            super().__init__()
+            self.model = model  # its parameters, as torch.compile's module has them
+
+        def forward(self, *args, **kwargs):
+            raise RuntimeError("the compiler failed")
+
+    monkeypatch.setattr(bench.torch, "compile", FailsToCompile)
+    path = tmp_path / "bench.json"
+    bench.main(["--device", "cpu", "--tiny", "--repeats", "1", "--seq", "13", "--presets", "ctl_gpu", "--json",
+                str(path)])  # fmt: skip
+    saved = json.loads(path.read_text())
+    [attention], [step] = saved["attention"], saved["training_step"]
+    assert attention["geometric (ms)"] != "n/a" and attention["SDPA flash (ms)"] != "n/a", attention
+    assert "compiled: the compiler failed" in attention["failed"], attention
+    assert step["eager samples/s"] and step["failed"] == "compiled: the compiler failed", step
+    assert "compiled samples/s" not in step, step
