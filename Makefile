@@ -115,8 +115,9 @@ bench: $(STAMP) ## the benchmarks (benchmarks/run_all.py)
 	$(BIN)/python benchmarks/run_all.py
 
 # a GPU's half hour (docs/clusters.md): on a CUDA machine with no network, with its own python (no make setup), the
-# wheels of .whl/ it lacks (../shared/gpu/fetch_wheels.sh), the CUDA tests, the GPU benchmarks and make gpu-release of
-# the release furthest from its target, each step time-boxed; OUT gets at most 8 files of at most 16 MiB.
+# wheels of .whl/ it lacks (../shared/gpu/fetch_wheels.sh), the CUDA and Triton tests, the GPU benchmarks and what
+# make gpu-release runs (its script, no make) on a copy of the release furthest from its target kept under outputs/,
+# each step time-boxed; OUT gets at most 8 files of at most 16 MiB.
 # NO_CUDA=1: the dry run on the CPU (tiny sizes; a tiny preset through GPU_RELEASE_ARGS)
 OUT ?= outputs/gpu_session_out
 NO_CUDA ?=

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import types
 import zipfile
 from pathlib import Path
@@ -189,6 +190,45 @@ def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(tmp_path)
     released = {f"ndr-ctl-forward/{path.relative_to(release)}" for path in release.rglob("*") if path.is_file()}
     assert "ndr-ctl-forward/model.safetensors" in released, "make gpu-release wrote the release"
     assert set(tar_members(out, "release-ndr-ctl-forward.tar")) == released, "all of the release comes back"
+
+
+def session_args(tmp_path: Path, steps: list[str], **overrides) -> types.SimpleNamespace:
+    """`main`'s arguments for a session on a GPU (not a dry run), its folders in `tmp_path`."""
+    values = dict(out=str(tmp_path / "out"), work_dir=str(tmp_path / "work"), minutes=25, release_args="",
+                  task=None, steps=steps, wheels=str(tmp_path / "no-wheels"), dry_run=False,
+                  models_copy=str(tmp_path / "models-copy"))  # fmt: skip
+    return types.SimpleNamespace(**{**values, **overrides})
+
+
+def test_each_step_gets_its_share_of_the_time_left_and_the_last_step_all_of_it():
+    budget = session.Budget(600, started=time.monotonic() - 100)  # 100 s spent, 30 s kept for packing: 470 s left
+    assert budget.limit(0.3, 0.6) == pytest.approx(235, abs=1), "tests, then attention and training_step: half"
+    assert budget.limit(0.2, 0.2) == pytest.approx(470, abs=1), "the last step gets all that is left"
+    assert budget.limit(0.01, 1.0) == pytest.approx(session.MIN_LIMIT_SECONDS), "at least a minute"
+
+
+def test_the_tests_step_runs_the_triton_kernels_tests_with_the_cuda_tests(tmp_path):
+    [tests] = session.session_steps(session_args(tmp_path, ["tests"]), str(tmp_path), str(tmp_path / "site"), True)
+    command = tests.command(600) + ["--collect-only", "-qq", "tests/test_gpu.py", "tests/test_geometric_triton.py"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    collected = {line.split("::")[0] for line in result.stdout.splitlines() if "::" in line}
+    assert collected == {"tests/test_gpu.py", "tests/test_geometric_triton.py"}, (
+        f"the Triton kernels run compiled only on a GPU: {result.stdout[-2000:]}"
+    )
+
+
+def test_the_release_is_trained_in_a_copy_that_the_next_session_on_the_machine_keeps(tmp_path):
+    args = session_args(tmp_path, ["release"], task="listops")
+    [release] = session.session_steps(args, str(tmp_path), str(tmp_path / "site"), True)
+    command = release.command(600)
+    copy = Path(args.models_copy) / "ndr-listops"
+    assert command[1:4] == ["hub_cards/make_model_repos.py", "--gpu", "listops"], "make gpu-release's script, no make"
+    assert command[command.index("--models_dir") + 1] == args.models_copy, command
+    assert (copy / "config.json").read_bytes() == (REPO / "hub_cards/models/ndr-listops/config.json").read_bytes()
+    (copy / "last-checkpoint").mkdir()  # what the first session's training left
+    [release] = session.session_steps(args, str(tmp_path), str(tmp_path / "site"), True)
+    release.command(600)
+    assert (copy / "last-checkpoint").is_dir() and release.note["copied_from"] is None, "the line trains on"
 
 
 def test_a_benchmark_contender_that_fails_to_compile_leaves_the_others_measured_and_saved(tmp_path, monkeypatch):

@@ -7,18 +7,25 @@ On a fresh CUDA machine with no network and the image's python (no virtualenv), 
 
 1. `install`: the wheels of `.whl/` (`../shared/gpu/fetch_wheels.sh`) whose distributions the image lacks, into
    `<work_dir>/site`, which the later steps find on `PYTHONPATH` (with the checkout: `modeling_ndr` is not installed);
-2. `tests`: the CUDA tests (`pytest -m gpu`, what `make test-gpu` runs), kept as JUnit XML and as text;
-3. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 50, 200, 512);
+2. `tests`: the CUDA tests and the Triton kernels' tests (`pytest -m "gpu or triton"`, what `make test-gpu` runs),
+   kept as JUnit XML and as text (one line per test, so that a stopped run still says how far it got);
+3. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 200, 50, 512);
 4. `training_step`: `benchmarks/gpu.py`'s training step of the GPU presets, eager against `torch.compile`;
-5. `release`: `make gpu-release TASK=<task> MINUTES=<the minutes left>` for the release furthest below its ood_test
-   target (`furthest_release`), with `--release_args` as its `GPU_RELEASE_ARGS`.
+5. `release`: what `make gpu-release TASK=<task> MINUTES=<the minutes left>` runs (`hub_cards/make_model_repos.py
+   --gpu`, with no make and no virtualenv) for the release furthest below its ood_test target (`furthest_release`),
+   with `--release_args` as its `GPU_RELEASE_ARGS`. It trains a copy of the release, `--models_copy/ndr-<task>/`
+   (under `outputs/`, which git ignores: a device machine keeps it between commands, and a copy of the checkout
+   sent there leaves it alone), made from `hub_cards/models/` where the machine has none yet; `--models_dir` in
+   `--release_args` trains that folder instead.
 
-Each step has a time limit, its share of the budget or what is left (`Budget`); a step past it is stopped (SIGTERM to
-its process group, SIGKILL after a grace period) and a failed or stopped step does not stop the next. After every step
-the results are packed into OUT (`pack`), because the machines this runs on may hand back only at most 8 files of at
-most 16 MiB (64 MiB in all): `session.json` (each step's status, time and limit; the environment; what was packed),
-`session.tar.gz` (logs, test report, benchmark JSON) and `release-ndr-<task>.tar` with the released folder and its
-`last-checkpoint/` (split into `.part-NN` files of 16 MiB where larger: `cat release-*.tar.part-* | tar -x`).
+Each step has a time limit: its share (`SHARES`) of the time left, among the steps still to run, so that the time a
+step leaves unused goes to the later ones and the last step gets all that is left (`Budget`); a step past it is
+stopped (SIGTERM to its process group, SIGKILL after a grace period) and a failed or stopped step does not stop the
+next. After every step the results are packed into OUT (`pack`), because the machines this runs on may hand back only
+at most 8 files of at most 16 MiB (64 MiB in all): `session.json` (each step's status, time and limit; the
+environment; what was packed), `session.tar.gz` (logs, test report, benchmark JSON) and `release-ndr-<task>.tar` with
+the released folder and its `last-checkpoint/` (split into `.part-NN` files of 16 MiB where larger:
+`cat release-*.tar.part-* | tar -x`).
 
 `--dry_run` (`make gpu-session NO_CUDA=1`) hides CUDA and runs the same steps, sized for the CPU: the CUDA tests of
 `tests/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
@@ -45,17 +52,27 @@ from collections.abc import Callable
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELEASES_DIR = os.path.join(REPO, "hub_cards", "models")
 MIB = 2**20
 # what the machines may hand back
 MAX_FILES, MAX_FILE_BYTES, MAX_TOTAL_BYTES = 8, 16 * MIB, 64 * MIB
 # the ood_test accuracy each GPU release is trained towards (make gpu-release TASK=<task>: hub_cards/models/ndr-<task>)
 TARGETS = {"ctl-forward": 0.99, "ctl-backward": 0.99, "arithmetic": 0.95, "listops": 0.90}
-# each step's share of the budget (its time limit, unless less is left); the release gets whatever is left
-SHARES = {"install": 0.1, "tests": 0.3, "attention": 0.1, "training_step": 0.2, "release": 1.0}
+# each step's share of the time left among the steps still to run (all five: 10%, 30%, 10%, 20% of the budget, the
+# release the rest); the last step gets whatever is left
+SHARES = {"install": 0.1, "tests": 0.3, "attention": 0.1, "training_step": 0.2, "release": 0.3}
 MIN_STEP_SECONDS = 5  # a step that would get less is skipped
 MIN_LIMIT_SECONDS = 60  # a step's share is at least this (where it is left): starting Python and torch takes seconds
 RELEASE_EVALUATION_SECONDS = 120  # kept from the release's training minutes for its evaluation and export
 DRY_RUN_RELEASE_MINUTES = 0.2
+# the CUDA tests and the Triton kernels' tests, which run compiled on a GPU (in Triton's interpreter without one)
+TEST_MARKERS = "gpu or triton"
+# a test's own limit: train.py runs in subprocesses (three in a row in the time-box test) take a minute or more
+MIN_TEST_TIMEOUT = 150
+# the attention op's lengths, N = 200 (the goal's: docs/clusters.md) first, should the step be stopped early
+ATTENTION_LENGTHS = "200,50,512"
+# the release the session trains, under outputs/ (git-ignored: kept between commands on one machine)
+MODELS_COPY = os.path.join(REPO, "outputs", "gpu_session_models")
 PACKAGES = ("torch", "triton", "transformers", "accelerate", "huggingface_hub", "safetensors", "tokenizers",
             "datasets", "evaluate", "numpy", "pandas", "pyarrow", "pytest")  # fmt: skip
 
@@ -102,10 +119,12 @@ class Budget:
         """Seconds the steps may still use."""
         return self.seconds - self.reserve - self.elapsed()
 
-    def limit(self, share: float) -> float:
-        """A step's time limit: its share of the whole budget (at least `MIN_LIMIT_SECONDS`), or what is left if
-        that is less."""
-        return max(0.0, min(max(share * self.seconds, MIN_LIMIT_SECONDS), self.left()))
+    def limit(self, share: float, shares_left: float) -> float:
+        """A step's time limit: its `share` of the time left, of `shares_left` for it and the steps after it (at
+        least `MIN_LIMIT_SECONDS`), or what is left if that is less. The last step (`share == shares_left`) gets
+        all that is left, and the time a step leaves unused goes to the steps after it."""
+        left = self.left()
+        return max(0.0, min(max(left * share / shares_left, MIN_LIMIT_SECONDS), left))
 
 
 # --------------------------------------------------------------------------------------------------------- steps
@@ -138,6 +157,18 @@ def run_step(name: str, command: list[str], log_path: str, limit: float, grace: 
             returncode = process.returncode
     seconds = round(time.monotonic() - started, 1)
     return dict(name=name, status=status, returncode=returncode, seconds=seconds, limit_seconds=round(limit, 1))
+
+
+def release_copy(source: str, copy: str) -> str | None:
+    """Make `copy` a copy of the release folder `source`, unless it exists (a previous session on this machine left
+    its line there) or `source` does not; whole or not at all. Returns what it copied from, None if nothing."""
+    if os.path.isdir(copy) or not os.path.isdir(source):
+        return None
+    partial = f"{copy}.copying"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial)
+    os.replace(partial, copy)
+    return source
 
 
 def wheel_distribution(file_name: str) -> str:
@@ -181,14 +212,15 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
 
     def tests(limit):
         report = os.path.join(work, "tests", "junit.xml")
-        command = [python, "-m", "pytest", "-q", "-m", "gpu", "-rfEs", "-p", "no:cacheprovider",
-                   "--continue-on-collection-errors", f"--junitxml={report}"]  # fmt: skip
+        # -v: a line per test as it ends, so that a run stopped at its limit still says which test it was in
+        command = [python, "-m", "pytest", "-v", "-m", TEST_MARKERS, "-rfEs", "--durations=20", "-p",
+                   "no:cacheprovider", "--continue-on-collection-errors", f"--junitxml={report}"]  # fmt: skip
         if importlib.util.find_spec("pytest_timeout"):  # one hanging test does not take the others' time
-            command.append(f"--timeout={max(60, int(limit / 3))}")
+            command.append(f"--timeout={max(MIN_TEST_TIMEOUT, int(limit / 3))}")
         return command + (["tests/test_gpu.py"] if args.dry_run else [])
 
     def attention(limit):
-        sizes = ["--seq", "13"] if args.dry_run else []
+        sizes = ["--seq", "13" if args.dry_run else ATTENTION_LENGTHS]
         return gpu_bench + tiny + sizes + ["--presets", "", "--json", os.path.join(work, "bench", "attention.json")]
 
     def training_step(limit):
@@ -200,22 +232,28 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
             notes["release"]["skipped"] = "no CUDA device: the GPU presets are not trained on a CPU"
             return None
         release_args = shlex.split(args.release_args)
-        models_dir = argparse.ArgumentParser(add_help=False)
-        models_dir.add_argument("--models_dir", default=os.path.join(REPO, "hub_cards", "models"))
-        models_dir = models_dir.parse_known_args(release_args)[0].models_dir
-        task, gaps = (args.task, None) if args.task else furthest_release(models_dir)
-        notes["release"].update(task=task, ood_test_gap_to_target=gaps, folder=task and f"{models_dir}/ndr-{task}")
+        given = argparse.ArgumentParser(add_help=False)
+        given.add_argument("--models_dir", default=None)
+        given = given.parse_known_args(release_args)[0].models_dir
+        # chosen among the checkout's releases, the same in every command of a half hour
+        task, gaps = (args.task, None) if args.task else furthest_release(given or RELEASES_DIR)
         if task is None:
+            notes["release"].update(task=None, ood_test_gap_to_target=gaps)
             notes["release"]["skipped"] = "every release has reached its ood_test target"
             return None
+        if given is None:  # the copy this machine keeps, made where it has none
+            release_args += ["--models_dir", args.models_copy]
+            notes["release"]["copied_from"] = release_copy(
+                os.path.join(RELEASES_DIR, f"ndr-{task}"), os.path.join(args.models_copy, f"ndr-{task}")
+            )
+        folder = os.path.join(given or args.models_copy, f"ndr-{task}")
+        notes["release"].update(task=task, ood_test_gap_to_target=gaps, folder=folder)
         minutes = max(0.0, limit - min(RELEASE_EVALUATION_SECONDS, 0.3 * limit)) / 60
         minutes = min(minutes, DRY_RUN_RELEASE_MINUTES) if args.dry_run else minutes
         notes["release"]["minutes"] = round(minutes, 2)
-        bin_dir = os.path.dirname(python)
-        # the image's python, not make setup's .venv (-o: its stamp counts as made)
-        return ["make", "--no-print-directory", "-o", os.path.join(".venv", ".installed"), "gpu-release",
-                f"TASK={task}", f"MINUTES={minutes:.2f}", f"GPU_RELEASE_ARGS={args.release_args}",
-                f"BIN={bin_dir}", f"PYTHON={python}"]  # fmt: skip
+        # make gpu-release's command, on the image's python (no make, no .venv there)
+        return [python, os.path.join("hub_cards", "make_model_repos.py"), "--gpu", task, "--minutes",
+                f"{minutes:.2f}", *release_args]  # fmt: skip
 
     commands = dict(install=install, tests=tests, attention=attention, training_step=training_step, release=release)
     return [Step(name, commands[name], notes[name]) for name in args.steps]
@@ -347,8 +385,8 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
     env = child_environment(site, args.dry_run)
     release_dir = None
     steps = session_steps(args, work, site, has_cuda)
-    for step in steps:
-        limit = budget.limit(SHARES[step.name])
+    for index, step in enumerate(steps):
+        limit = budget.limit(SHARES[step.name], sum(SHARES[later.name] for later in steps[index:]))
         result = dict(name=step.name, status="skipped", seconds=0.0, limit_seconds=round(limit, 1))
         if limit < MIN_STEP_SECONDS:
             result["reason"] = "no time left"
@@ -397,6 +435,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", default=",".join(SHARES), help="Which steps, comma-separated, in their order.")
     parser.add_argument("--wheels", default=os.path.join(REPO, ".whl"), help="The wheel folder (fetch_wheels.sh).")
     parser.add_argument("--work_dir", default=os.path.join(REPO, "outputs", "gpu_session"))
+    parser.add_argument("--models_copy", default=MODELS_COPY, help="Where the release trained is kept (a copy of "
+                        "hub_cards/models/ndr-<task>/ made where none is there), unless --release_args names "
+                        "--models_dir.")  # fmt: skip
     parser.add_argument("--dry_run", action="store_true", help="Hide CUDA; the same steps at CPU sizes.")
     args = parser.parse_args(argv)
     steps = args.steps.split(",")
