@@ -253,3 +253,9 @@ def test_a_benchmark_contender_that_fails_to_compile_leaves_the_others_measured_
     assert "compiled: the compiler failed" in attention["failed"], attention
     assert step["eager samples/s"] and step["failed"] == "compiled: the compiler failed", step
     assert "compiled samples/s" not in step, step
+
+
+def test_the_steps_do_not_spend_the_gpus_time_building_the_cpu_kernel(monkeypatch):
+    monkeypatch.delenv("NDR_GEOMETRIC_KERNEL", raising=False)
+    env = session.child_environment("/nowhere/site", dry_run=False)
+    assert env["NDR_GEOMETRIC_KERNEL"] == "torch", "the CUDA tests' CPU side takes the PyTorch path"
