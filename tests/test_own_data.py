@@ -2,11 +2,14 @@
 evaluate_model.py, and one-line errors for bad data. Tiny models and tens of samples, so the whole file runs in
 about a minute on a CPU."""
 
+import contextlib
+import io
 import json
 import logging
 import os
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +17,12 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from scripts import load_script
-from transformers import AutoTokenizer, pipeline, set_seed
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline, set_seed
 
+import modeling_ndr
 from modeling_ndr import NDRForSequenceClassification, training
 from modeling_ndr.metrics import DEPTH_ACCURACY
+from modeling_ndr.training.evaluation import predict
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -308,6 +313,88 @@ def test_evaluate_model_runs_on_a_split_of_a_built_in_task(jsonl_run, capsys):
     assert list(scores) == ["ood_test"] and set(scores["ood_test"]["by_depth"]) == {"9", "10"}
 
 
+LISTOPS_MODEL = str(REPO / "hub_cards" / "models" / "ndr-listops")  # the released model: it mixes hits and misses
+
+
+@pytest.fixture(scope="module")
+def listops_by_first_token(tmp_path_factory):
+    """`--task listops --split iid_test --n_eval 40 --by_first_token` on the released model: (rows, scores, printed
+    output, the --output_json file's contents)."""
+    evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
+    output_json = tmp_path_factory.mktemp("by_first_token") / "r.json"
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        scores = evaluate_model.main([LISTOPS_MODEL, "--task", "listops", "--split", "iid_test", "--n_eval", "40",
+                                      "--by_first_token", "--output_json", str(output_json)])  # fmt: skip
+    rows = modeling_ndr.load_task("listops", n_train=1, n_eval=40)["iid_test"]
+    return rows, scores, output.getvalue(), json.loads(output_json.read_text())
+
+
+def hand_count_by_operator_and_depth(rows) -> dict[tuple[str, int], list[bool]]:
+    """Whether the released ListOps model gets each row right (from `predict`), grouped by (first word, depth)."""
+    model = AutoModelForSequenceClassification.from_pretrained(LISTOPS_MODEL).eval()
+    predicted = predict(model, AutoTokenizer.from_pretrained(LISTOPS_MODEL), rows["text"]).label_ids
+    name = rows.features["label"].int2str
+    hits = defaultdict(list)
+    for text, label, depth, label_id in zip(rows["text"], rows["label"], rows["depth"], predicted, strict=True):
+        hits[text.split()[0], depth].append(model.config.id2label[int(label_id)] == name(label))
+    return hits
+
+
+def test_by_first_token_counts_what_predict_gets_right_per_operator_and_depth(listops_by_first_token):
+    rows, scores, _, written = listops_by_first_token
+    hits = hand_count_by_operator_and_depth(rows)
+    by_token = scores["iid_test"]["by_first_token"]
+    assert set(by_token) == {token for token, _ in hits}, "one entry per root operator of the rows"
+    assert len({token for token, _ in hits}) > 1 and 0 < scores["iid_test"]["accuracy"] < 1, "a table that can differ"
+    for (token, depth), correct in hits.items():
+        assert by_token[token]["count_by_depth"][str(depth)] == len(correct), f"{token} depth {depth}: sample count"
+        assert by_token[token]["by_depth"][str(depth)] == pytest.approx(np.mean(correct)), f"{token} depth {depth}"
+    for token, entry in by_token.items():
+        correct = [hit for (t, _), row_hits in hits.items() if t == token for hit in row_hits]
+        assert (entry["accuracy"], entry["count"]) == (pytest.approx(np.mean(correct)), len(correct)), token
+    assert written == scores, "--output_json holds the same by_first_token entries"
+
+
+def test_by_first_token_prints_one_row_per_split_and_first_token(listops_by_first_token):
+    _, scores, output, _ = listops_by_first_token
+    table = output.split("per first token of the text (ListOps: the root operator) and depth:")[1]
+    for token, entry in scores["iid_test"]["by_first_token"].items():
+        depth, accuracy = next(iter(entry["by_depth"].items()))
+        count = entry["count_by_depth"][depth]
+        row = next((line for line in table.splitlines() if line.startswith(f"| iid_test | {token} |")), "")
+        assert f"| {entry['accuracy']:.3f} ({entry['count']}) |" in row, f"{token}: accuracy (samples), all depths"
+        assert f"{accuracy:.3f} ({count})" in row, f"{token}: accuracy (samples) at depth {depth}"
+
+
+@pytest.mark.parametrize("source", ["--file", "--dataset_name"])
+def test_by_first_token_gives_a_file_or_dataset_the_numbers_of_the_same_task_rows(
+    listops_by_first_token, source, tmp_path
+):
+    rows, scores, _, _ = listops_by_first_token
+    name = rows.features["label"].int2str
+    records = [{**row, "label": name(row["label"])} for row in rows]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
+    data = [source, str(tmp_path / "test.jsonl" if source == "--file" else tmp_path)]
+    from_data = evaluate_model.main([LISTOPS_MODEL, *data, "--depth_column", "depth", "--by_first_token"])
+    assert from_data["test"]["by_first_token"] == scores["iid_test"]["by_first_token"], "same rows, same table"
+
+
+def test_by_first_token_without_depths_reports_each_first_token_over_all_depths(listops_by_first_token, tmp_path):
+    rows, scores, _, _ = listops_by_first_token
+    name = rows.features["label"].int2str
+    lines = [json.dumps({"text": row["text"], "label": name(row["label"])}) + "\n" for row in rows]
+    (tmp_path / "flat.jsonl").write_text("".join(lines))
+    evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
+    by_token = evaluate_model.main([LISTOPS_MODEL, "--file", str(tmp_path / "flat.jsonl"), "--by_first_token"])
+    expected = {
+        token: (entry["accuracy"], entry["count"]) for token, entry in scores["iid_test"]["by_first_token"].items()
+    }
+    assert {t: (e["accuracy"], e["count"]) for t, e in by_token["flat"]["by_first_token"].items()} == expected
+    assert all(e["by_depth"] == {} for e in by_token["flat"]["by_first_token"].values()), "no depth column, no depths"
+
+
 # ---------------------------------------------------------------------------------------------- bad input, one line
 
 
@@ -380,3 +467,11 @@ def test_evaluate_model_refuses_labels_the_model_does_not_know(jsonl_run, bad_fi
     evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
     with pytest.raises(evaluate_model.UsageError, match=r"labels \['999'\] are not among the model's labels"):
         evaluate_model.main([str(jsonl_run[0] / "export"), "--file", str(bad / "unseen.jsonl")])
+
+
+def test_by_first_token_refuses_a_text_without_a_first_token_in_one_line(tmp_path):
+    (tmp_path / "blank.jsonl").write_text('{"text": "[SM 1 2 ]", "label": "3"}\n{"text": "  ", "label": "1"}\n')
+    evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
+    with pytest.raises(evaluate_model.UsageError, match=r"blank.jsonl line 2: column 'text' holds an empty text") as e:
+        evaluate_model.main([LISTOPS_MODEL, "--file", str(tmp_path / "blank.jsonl"), "--by_first_token"])
+    assert "\n" not in str(e.value), "the message is one line"

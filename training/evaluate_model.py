@@ -8,6 +8,8 @@
     python training/evaluate_model.py MODEL --file my.jsonl --depth_column depth   # csv, json/jsonl or parquet
     python training/evaluate_model.py MODEL --file ood=ood.jsonl --file deeper=deeper.csv --output_json results.json
     python training/evaluate_model.py MODEL --dataset_name org/data --split test
+    # ListOps: accuracy per root operator ([MIN, [MAX, [MED, [SM) and depth
+    python training/evaluate_model.py hub_cards/models/ndr-listops --task listops --split iid_test --by_first_token
 
 Labels are matched to the model's by name (`config.label2id`); a label the model does not know is an error. The
 numbers come from the package's `evaluate` metric (`modeling_ndr.metrics.DEPTH_ACCURACY`), and are those `train.py`
@@ -15,7 +17,9 @@ reports: `{split: {"accuracy": a, "by_depth": {depth: a}}}` with `--output_json`
 of steps (ACT halting, adaptive steps) also get `mean_steps` and `mean_steps_by_depth` per split, printed as a second
 table. `--depths` (CTL) adds a split `deeper` of compositions of those depths, drawn with the function tables of
 `--task_seed` (`modeling_ndr.tasks.ctl_compositions(depths, n_eval, seed=task_seed, direction=..., sample_seed=1)`:
-the same rows on every run). Errors are one line (exit status 2).
+the same rows on every run). `--by_first_token` also reports accuracy and sample count per first token of the text
+and depth (ListOps: per root operator), printed as a table and under `by_first_token` in each split's `--output_json`
+entry. Errors are one line (exit status 2).
 """
 
 import argparse
@@ -89,6 +93,14 @@ def parse_arguments(argv):
     )
     parser.add_argument("--adaptive_threshold", type=float, help="With adaptive steps (default: the config's).")
     parser.add_argument("--trust_remote_code", action="store_true", help="Load the model's own code (no package).")
+    parser.add_argument(
+        "--by_first_token",
+        action="store_true",
+        help="Also report accuracy and sample count per first token of the text (the first space-separated word: "
+        "the tokenizers split on spaces) and per depth, for each split. In ListOps the first token is the root "
+        "operator ([MIN, [MAX, [MED, [SM), so the table shows which operators the model has learned. In "
+        "--output_json under each split's 'by_first_token'.",
+    )
     parser.add_argument("--output_json", help="Also write the results here.")
     args = parser.parse_args(argv)
     if args.split and args.file:
@@ -175,9 +187,58 @@ def steps_table(results: dict) -> str:
     return markdown_table(rows, ["split", "mean steps", *(f"depth {d}" for d in depths)])
 
 
+def first_token_accuracy(depth_accuracy, first_tokens: list[str], predictions, references, depths) -> dict:
+    """Accuracy per first token of the text, each also per depth (through the `evaluate` metric, as the split's own
+    numbers are): `{token: {"accuracy", "count", "by_depth": {depth: a}, "count_by_depth": {depth: n}}}`, tokens
+    sorted, depths as strings (as in the split's `by_depth`); `by_depth` is empty for data without depths."""
+    first_tokens, predictions, references = np.asarray(first_tokens), np.asarray(predictions), np.asarray(references)
+    depths = None if depths is None else np.asarray(depths)
+    by_token = {}
+    for token in sorted(set(first_tokens.tolist())):
+        selected = first_tokens == token
+        result = depth_accuracy.compute(
+            predictions=predictions[selected],
+            references=references[selected],
+            depths=None if depths is None else depths[selected],
+        )
+        by_token[token] = {
+            "accuracy": result["accuracy"],
+            "count": int(selected.sum()),
+            "by_depth": {str(d): a for d, a in result["by_depth"].items()},
+            "count_by_depth": {str(d): n for d, n in result["count_by_depth"].items()},
+        }
+    return by_token
+
+
+def first_token_table(results: dict) -> str:
+    """Accuracy (samples) per split, first token and depth, as markdown: one row per split and first token."""
+    depths = sorted(
+        {
+            int(d)
+            for values in results.values()
+            for token in values["by_first_token"].values()
+            for d in token["by_depth"]
+        }
+    )
+    rows = []
+    for split, values in results.items():
+        for token, scores in values["by_first_token"].items():
+            cells = [
+                f"{scores['by_depth'][str(d)]:.3f} ({scores['count_by_depth'][str(d)]})"
+                if str(d) in scores["by_depth"]
+                else ""
+                for d in depths
+            ]
+            # a "|" in a token would end its cell
+            rows.append([split, token.replace("|", "\\|"), f"{scores['accuracy']:.3f} ({scores['count']})", *cells])
+    return markdown_table(rows, ["split", "first token", "all depths", *(f"depth {d}" for d in depths)])
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
     splits = load_splits(args)
+    if args.by_first_token:  # every text has a word: the data checks refuse empty texts (the tasks have none)
+        first_tokens = {split: [text.split()[0] for text in data["text"]] for split, data in splits.items()}
     model, tokenizer = load_model(args)
     if torch.cuda.is_available():
         model.cuda()
@@ -204,10 +265,17 @@ def main(argv: list[str] | None = None) -> dict:
                 results[split]["mean_steps_by_depth"] = {
                     str(d): float(steps[depth_array == d].mean()) for d in sorted(set(depth_array.tolist()))
                 }
+        if args.by_first_token:
+            results[split]["by_first_token"] = first_token_accuracy(
+                depth_accuracy, first_tokens[split], predicted.label_ids, dataset["labels"], depths
+            )
     print(results_table(results))
     if any("mean_steps" in values for values in results.values()):
         print("\nSteps used (ACT: mean halting step of the real columns; adaptive: steps run):\n")
         print(steps_table(results))
+    if args.by_first_token:
+        print("\nAccuracy (samples) per first token of the text (ListOps: the root operator) and depth:\n")
+        print(first_token_table(results))
     if args.output_json:
         with open(args.output_json, "w") as f:
             json.dump(results, f, indent=2)
