@@ -250,6 +250,25 @@ def test_a_chunk_killed_after_its_release_is_released_and_recorded_again_when_ad
     assert chunks[1]["released_step"] == released_step, "the adopted chunk's record names what it released"
 
 
+def test_an_adopted_chunk_that_reached_the_horizon_ends_the_line_without_another_step(
+    first_chunk, tmp_path, monkeypatch
+):
+    tmp = copy_line(first_chunk, tmp_path)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(line, "write_last_checkpoint", killed)
+        patch.setattr(line, "write_release", killed)
+        with pytest.raises(KeyboardInterrupt):
+            continue_tiny(tmp, chunk_steps=None)  # trains to the horizon (max_steps 8), killed before keeping it
+    summary = continue_tiny(tmp, chunk_steps=2)
+    assert summary["step"] == 8 and summary["finished"], f"the adopted chunk ends the line at max_steps: {summary}"
+    record = json.loads((tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
+    assert [(c["start_step"], c["end_step"]) for c in record["chunks"]] == [(0, 4), (4, 8)], "no step past max_steps"
+
+
 def test_files_over_the_limit_are_kept_in_parts_and_joined_again(tmp_path):
     data = os.urandom(2500)
     (tmp_path / "optimizer.pt").write_bytes(data)

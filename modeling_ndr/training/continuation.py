@@ -519,7 +519,9 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
         newest = latest_complete_checkpoint(work_dir)
         if pending and newest and _adoptable(pending, continuation, recipe, line_step, checkpoint_step(newest)):
             logger.warning("%s: adopting %s, trained by a continuation that was interrupted", name, newest)
-            continuation, _ = _promote(release_dir, work_dir, newest, pending, publish, paper)
+            continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper)
+            if continuation.get("finished"):  # the adopted chunk reached the horizon: no step past it
+                return _summary(release_dir, newest, continuation, released, recipe)
             shutil.rmtree(staged, ignore_errors=True)
             staged = staged_checkpoint(last, work_dir)
             line_step = checkpoint_step(staged)
@@ -561,6 +563,11 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
         raise RuntimeError(f"{name}: the chunk saved no checkpoint past step {line_step} (a time box shorter than a "
                            "step?); the release and its last-checkpoint/ are unchanged")  # fmt: skip
     continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper)
+    return _summary(release_dir, newest, continuation, released, recipe)
+
+
+def _summary(release_dir: str, newest: str, continuation: dict, released: bool, recipe: dict) -> dict:
+    """What `continue_release` returns after the chunk that ended at `newest` was promoted."""
     state = read_json(os.path.join(newest, "trainer_state.json"))
     metric = recipe["values"].get("metric_for_best_model", "ood_valid_accuracy")
     return {
