@@ -9,6 +9,7 @@ training is adopted by the next one; `make release` leaves a release with a line
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,6 +144,7 @@ def test_a_line_of_another_recipe_is_refused_in_one_line_and_nothing_changes(fir
     [
         ("optimizer.pt", "optimizer.pt cannot be read.*left as they are"),  # cut short, as by a full disk
         ("trainer_state.json", "trainer_state.json cannot be read.*left as they are"),
+        ("rng_state.pth", "rng_state.pth cannot be read.*left as they are"),  # Trainer would fail on it, after setup
         ("continuation.json", "continuation.json cannot be read.*nothing was changed"),
     ],
 )
@@ -157,6 +159,22 @@ def test_a_corrupt_last_checkpoint_is_refused_and_left_as_it_is(first_chunk, tmp
     assert "\n" not in str(error.value)
     assert snapshot(tmp / "models") == before and sorted(os.listdir(tmp / "out" / "line")) == work, "nothing changed"
     assert sorted(os.listdir(tmp / "out")) == ["line"], "no copy of the checkpoint is left beside the work folder"
+
+
+@pytest.mark.parametrize("lost", ["rng_state.pth", "optimizer.pt.part-001"])
+def test_a_last_checkpoint_that_lost_a_file_is_refused_and_left_as_it_is(first_chunk, tmp_path, lost):
+    """Without its RNG state Trainer resumes, but not exactly; without one of its parts a file is joined into an
+    archive whose directory still opens."""
+    tmp = copy_line(first_chunk, tmp_path)
+    last = tmp / "models" / NAME / "last-checkpoint"
+    if line.PART in lost:
+        line.split_large_files(str(last), max_bytes=10_000)  # as a larger model's are kept
+    (last / lost).unlink()
+    before = snapshot(tmp / "models")
+    with pytest.raises(UsageError, match=f"{re.escape(lost)} is missing.*left as they are") as error:
+        continue_tiny(tmp, chunk_steps=2)
+    assert "\n" not in str(error.value)
+    assert snapshot(tmp / "models") == before, "nothing changed"
 
 
 def test_a_work_folder_that_a_training_still_holds_is_refused(first_chunk, tmp_path):

@@ -43,6 +43,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+import zipfile
+import zlib
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -113,6 +115,9 @@ def join_split_files(folder: str) -> list[str]:
     for name in os.listdir(folder):
         if match := re.fullmatch(rf"(.+){re.escape(PART)}(\d{{3}})", name):
             parts.setdefault(match[1], []).append(name)
+    for name, pieces in parts.items():  # a lost part: nothing is joined
+        if missing := [f"{name}{PART}{i:03d}" for i in range(len(pieces)) if f"{name}{PART}{i:03d}" not in pieces]:
+            raise ValueError(f"{missing[0]} is missing (a part of a file kept in parts)")
     for name, pieces in parts.items():
         with open(os.path.join(folder, name), "wb") as target:
             for piece in sorted(pieces):
@@ -473,8 +478,9 @@ def staged_checkpoint(last: str, work_dir: str) -> str:
     try:
         shutil.copytree(last, staged, dirs_exist_ok=True)
         join_split_files(staged)
+        chunks = (read_json(os.path.join(staged, CONTINUATION_FILE)) or {}).get("chunks") or [{}]
         os.remove(os.path.join(staged, CONTINUATION_FILE))
-        problem = checkpoint_problem(staged)
+        problem = checkpoint_problem(staged) or _archive_problem(staged, chunks[-1].get("processes"))
         if problem is None:
             checkpoint_step(staged)  # global_step is there
     except (OSError, ValueError, KeyError, TypeError) as error:
@@ -483,6 +489,26 @@ def staged_checkpoint(last: str, work_dir: str) -> str:
         shutil.rmtree(staged, ignore_errors=True)
         raise UsageError(f"{last}: {problem}; the release and its last-checkpoint/ were left as they are")
     return staged
+
+
+def _archive_problem(folder: str, processes: int | None) -> str | None:
+    """What keeps the `torch.save` archives of a checkpoint (optimizer, scheduler, RNG states) from loading, read whole
+    (`checkpoint_problem` reads only their directories, which a file cut or changed inside keeps), and a missing RNG
+    state of the `processes` that saved it (Trainer would resume without it, silently not exactly); None if none."""
+    rng = ["rng_state.pth"] if processes == 1 else [f"rng_state_{i}.pth" for i in range(processes or 0)]
+    for name in rng:
+        if not os.path.isfile(os.path.join(folder, name)):
+            return f"{name} is missing"
+    for name in sorted(os.listdir(folder)):
+        if name.endswith((".pt", ".pth")):
+            try:
+                with zipfile.ZipFile(os.path.join(folder, name)) as archive:
+                    damaged = archive.testzip()  # every member read, its CRC checked
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+                return f"{name} cannot be read ({first_line(error)})"
+            if damaged:
+                return f"{name} cannot be read (its {damaged} is damaged)"
+    return None
 
 
 def _check_work_dir_free(work_dir: str) -> None:
