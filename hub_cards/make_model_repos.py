@@ -41,7 +41,7 @@ import tempfile
 import torch
 
 from modeling_ndr.training import export_model, read_preset
-from modeling_ndr.training.atomic import atomic_folder
+from modeling_ndr.training.atomic import atomic_folder, clean_leftovers
 from modeling_ndr.training.continuation import (
     CURVE_FILE,
     LAST_CHECKPOINT,
@@ -140,6 +140,8 @@ def build(name: str, org: str, train: bool, refresh: bool = False) -> str | None
     release = RELEASES[name]
     run = release.output_dir()
     released = os.path.join(MODELS_DIR, name)
+    for folder in (released, os.path.join(released, LAST_CHECKPOINT)):  # a replacement a kill cut in two: finished
+        clean_leftovers(folder)  # (else a line's last-checkpoint/ is only a hidden sibling, and is left out below)
     if os.path.isdir(os.path.join(released, LAST_CHECKPOINT)):  # its line makes it now, not the run of RELEASES
         if refresh:
             return _copy_release(name, released, org)

@@ -128,6 +128,26 @@ def test_make_release_leaves_a_release_with_a_line_to_its_line(first_chunk, tmp_
     assert "keeps training" in capsys.readouterr().out and snapshot(tmp / "models") == before
 
 
+def test_make_release_finishes_a_cut_replacement_of_the_line_before_it_decides(first_chunk, tmp_path, monkeypatch):
+    """Killed between the two renames that replace last-checkpoint/, the release holds its line only as hidden
+    siblings (.last-checkpoint.old-PID, .tmp-PID): make release must not take it for a release without a line, and
+    rebuild it without them."""
+    tmp = copy_line(first_chunk, tmp_path)
+    release = tmp / "models" / NAME
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # the pid of a process that is no longer running
+    shutil.copytree(release / "last-checkpoint", release / f".last-checkpoint.tmp-{ended.pid}")
+    (release / "last-checkpoint").rename(release / f".last-checkpoint.old-{ended.pid}")
+    monkeypatch.setattr(repos, "MODELS_DIR", str(tmp / "models"))
+
+    def rebuilt(*args, **kwargs):
+        raise AssertionError("make release rebuilt the release as one without a line")
+
+    monkeypatch.setattr(repos, "_copy_release", rebuilt)
+    assert repos.build(NAME, "ndr-org", train=False) == str(release), "a release with a line is left to its line"
+    assert line.checkpoint_problem(str(release / "last-checkpoint")) is None, "the cut replacement was finished"
+
+
 def test_a_line_of_another_recipe_is_refused_in_one_line_and_nothing_changes(first_chunk, tmp_path):
     tmp = copy_line(first_chunk, tmp_path)
     before = snapshot(tmp / "models")
