@@ -330,8 +330,8 @@ def gpu_launch(processes: int) -> list[str]:
     return [accelerate, "launch", "--config_file", config, "--num_processes", str(processes), train]
 
 
-def _copy_release(name: str, run: str, org: str, models_dir: str = MODELS_DIR, max_bytes: int = MAX_BYTES) -> str:
-    target = os.path.join(models_dir, name)
+def _copy_release(name: str, run: str, org: str, models_dir: str | None = None, max_bytes: int = MAX_BYTES) -> str:
+    target = os.path.join(models_dir or MODELS_DIR, name)  # MODELS_DIR as it is now, the folder build() looked at
     # the new release is complete in a hidden sibling before it replaces the old one (atomic_folder): an interrupted
     # build, or one over the size budget, leaves the previous release as it was; the line's state stays with it, and
     # a continuation of the release waits for no one: one of them is refused (release_lock)

@@ -148,6 +148,24 @@ def test_make_release_finishes_a_cut_replacement_of_the_line_before_it_decides(f
     assert line.checkpoint_problem(str(release / "last-checkpoint")) is None, "the cut replacement was finished"
 
 
+def test_make_release_writes_into_the_models_folder_it_looked_at(first_chunk, tmp_path, monkeypatch):
+    """build() reads MODELS_DIR when it runs; the folder it replaces must be that one, not the one of import time (a
+    test that patches MODELS_DIR would otherwise replace the real hub_cards/models/ndr-<task>/)."""
+    tmp = copy_line(first_chunk, tmp_path)
+    shutil.rmtree(tmp / "models" / NAME / "last-checkpoint")  # a release without a line: --refresh re-renders it
+    monkeypatch.setattr(repos, "MODELS_DIR", str(tmp / "models"))
+    locked = []
+
+    def lock(folder):  # the lock is taken before anything is written: stop there
+        locked.append(folder)
+        raise UsageError("stopped before writing")
+
+    monkeypatch.setattr(repos, "release_lock", lock)
+    with pytest.raises(UsageError, match="stopped before writing"):
+        repos.build(NAME, "ndr-org", train=False, refresh=True)
+    assert locked == [os.path.join(str(tmp / "models"), NAME)], f"it would have replaced {locked}"
+
+
 def test_a_line_of_another_recipe_is_refused_in_one_line_and_nothing_changes(first_chunk, tmp_path):
     tmp = copy_line(first_chunk, tmp_path)
     before = snapshot(tmp / "models")
