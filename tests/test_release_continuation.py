@@ -306,6 +306,28 @@ def test_a_chunk_killed_after_its_release_is_released_and_recorded_again_when_ad
     assert chunks[1]["released_step"] == released_step, "the adopted chunk's record names what it released"
 
 
+def test_an_adopted_chunk_keeps_the_branch_records_made_while_it_waited(first_chunk, tmp_path, monkeypatch):
+    """make release-cooldown, run between a killed continuation and the next, records its branch in
+    last-checkpoint/'s continuation.json; the chunk adopted next started before that record."""
+    tmp = copy_line(first_chunk, tmp_path)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(line, "write_last_checkpoint", killed)
+        patch.setattr(line, "write_release", killed)
+        with pytest.raises(KeyboardInterrupt):
+            continue_tiny(tmp, chunk_steps=2)
+    path = tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE
+    branch = {"start_step": 4, "end_step": 6, "decay_steps": 2, "released_step": None}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "branches": [branch]}))  # as a cooldown records it
+    continue_tiny(tmp, chunk_steps=2)
+    record = json.loads(path.read_text())
+    assert [(c["start_step"], c["end_step"]) for c in record["chunks"]] == [(0, 4), (4, 6), (6, 8)], "adopted"
+    assert record.get("branches") == [branch], "the branch's record survives the adoption"
+
+
 def test_an_adopted_chunk_that_reached_the_horizon_ends_the_line_without_another_step(
     first_chunk, tmp_path, monkeypatch
 ):

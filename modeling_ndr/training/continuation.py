@@ -545,6 +545,8 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
         newest = latest_complete_checkpoint(work_dir)
         if pending and newest and _adoptable(pending, continuation, recipe, line_step, checkpoint_step(newest)):
             logger.warning("%s: adopting %s, trained by a continuation that was interrupted", name, newest)
+            if continuation and continuation.get("branches"):  # recorded after the chunk started (a cooldown)
+                pending["branches"] = continuation["branches"]
             continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper)
             if continuation.get("finished"):  # the adopted chunk reached the horizon: no step past it
                 return _summary(release_dir, newest, continuation, released, recipe)
