@@ -140,7 +140,9 @@ release: $(STAMP) ## the released models in hub_cards/models/ (trains the runs t
 # releases that keep training: resume the training line of hub_cards/models/ndr-<TASK> (its last-checkpoint/) for
 # MINUTES, keep the new last-checkpoint/, and replace the release only when ood_valid improved (docs/training.md).
 # release-continue trains on this CPU (2 gloo processes, configuration/<task>_cpu_continue.yaml); gpu-release on this
-# machine's GPUs with the task's GPU preset (the paper's recipe), so separate GPU half hours add up to one run.
+# machine's GPUs: the line's own recipe and global batch (the task's GPU preset, the paper's recipe, where the release
+# has no line), so separate GPU half hours add up to one run. release-cooldown: a branch of the line whose learning
+# rate decays to 0, released if it is better; the line stays where it is.
 TASK ?= listops
 MINUTES ?= 60
 RELEASE_ARGS ?=

@@ -11,8 +11,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -369,3 +371,31 @@ def test_a_bad_time_box_is_one_line_with_exit_2():
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     with pytest.raises(UsageError, match="--minutes M"):
         repos.main(["--gpu", "listops", "--minutes", "0"])
+
+
+def test_a_continuation_signalled_to_stop_passes_the_signal_to_its_chunk_and_waits_for_it(tmp_path):
+    ready = tmp_path / "ready"
+    chunk = (
+        "import signal, sys, time\n"
+        "stop = []\n"
+        "signal.signal(signal.SIGTERM, lambda *_: stop.append(1))\n"
+        f"open({str(ready)!r}, 'w').close()\n"
+        "deadline = time.monotonic() + 60\n"  # never an orphan that outlives a failed test
+        "while not stop and time.monotonic() < deadline: time.sleep(0.05)\n"
+        "sys.exit(75 if stop else 1)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from modeling_ndr.training.continuation import run_chunk; "
+         f"print('chunk exit', run_chunk([sys.executable, '-c', {chunk!r}]))"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for _ in range(600):
+        if ready.exists() or parent.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert ready.exists(), "the chunk started"
+    parent.send_signal(signal.SIGTERM)  # the continuation only, as a session's time limit may send it
+    out, _ = parent.communicate(timeout=60)
+    assert parent.returncode == 0 and "chunk exit 75" in out, (
+        f"the continuation waits for the chunk's checkpoint and goes on (exit {parent.returncode}, {out!r})"
+    )

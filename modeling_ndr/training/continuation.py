@@ -41,6 +41,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import zipfile
@@ -52,7 +53,7 @@ from .atomic import atomic_folder, clean_leftovers
 from .checkpoints import checkpoint_problem, latest_complete_checkpoint
 from .errors import UsageError, first_line
 from .locking import OutputDirLock, lock_output_dir
-from .preemption import CLOCK_KEY, EXIT_STOPPED, read_stopped
+from .preemption import CLOCK_KEY, EXIT_STOPPED, STOP_SIGNALS, read_stopped
 
 
 logger = logging.getLogger(__name__)
@@ -582,7 +583,7 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
 
     chunk_command = command + start
     logger.info("%s: training from step %d: %s", name, line_step, " ".join(chunk_command))
-    status = subprocess.run(chunk_command, **run_kwargs).returncode
+    status = run_chunk(chunk_command, **run_kwargs)
     newest = latest_complete_checkpoint(work_dir)
     if status not in (0, EXIT_STOPPED) and read_stopped(work_dir) is None:
         raise RuntimeError(f"{name}: the chunk failed (exit status {status}); the release and its last-checkpoint/ "
@@ -607,6 +608,34 @@ def _summary(release_dir: str, newest: str, continuation: dict, released: bool, 
         "line_best": state.get("best_metric"),
         "finished": continuation.get("finished", False),
     }
+
+
+def run_chunk(command: list[str], **run_kwargs) -> int:
+    """Run a chunk's training and return its exit status, passing SIGTERM and SIGUSR1 on to it and waiting for it.
+
+    A continuation stopped from outside (a session's time limit, a scheduler's preemption signal) would otherwise die
+    at once and leave the chunk it trained unpromoted: train.py stops with a checkpoint when signalled (exit 75), and
+    the continuation then releases and keeps it as after a time box. Signals sent to the whole process group reach
+    the training twice, which stops it once."""
+    process = subprocess.Popen(command, **run_kwargs)
+
+    def forward(signum, frame):
+        if process.poll() is None:
+            process.send_signal(signum)
+
+    previous = {}
+    for name in STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            try:
+                previous[number] = signal.signal(number, forward)
+            except ValueError:  # not the main thread: the signals keep their handlers
+                break
+    try:
+        return process.wait()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _pending(work_dir: str) -> dict | None:

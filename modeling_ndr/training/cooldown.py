@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import shutil
-import subprocess
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -38,6 +37,7 @@ from .continuation import (
     read_line,
     release_lock,
     release_metric,
+    run_chunk,
     staged_checkpoint,
     training_clock,
     write_release,
@@ -144,7 +144,7 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
     limits = ["--max_wall_minutes", f"{minutes:g}"] if minutes else []
     branch_command = command + arguments + limits + ["--resume_from_checkpoint", resume]
     logger.info("%s: cooldown branch from step %d, %d steps: %s", name, start, steps, " ".join(branch_command))
-    status = subprocess.run(branch_command, **run_kwargs).returncode
+    status = run_chunk(branch_command, **run_kwargs)
     newest = latest_complete_checkpoint(work_dir)
     if status not in (0, EXIT_STOPPED) and read_stopped(work_dir) is None:
         raise RuntimeError(f"{name}: the cooldown branch failed (exit status {status}); the release and its "
