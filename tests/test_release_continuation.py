@@ -308,9 +308,9 @@ def test_a_chunk_killed_after_its_release_is_released_and_recorded_again_when_ad
     assert chunks[1]["released_step"] == released_step, "the adopted chunk's record names what it released"
 
 
-def test_an_adopted_chunk_keeps_the_branch_records_made_while_it_waited(first_chunk, tmp_path, monkeypatch):
-    """make release-cooldown, run between a killed continuation and the next, records its branch in
-    last-checkpoint/'s continuation.json; the chunk adopted next started before that record."""
+def trained_to_the_horizon_and_killed(first_chunk, tmp_path, monkeypatch) -> Path:
+    """A copy of the line whose continuation trained to the horizon (max_steps 8) and was killed before it released
+    or kept anything: the adoption that follows launches no other chunk."""
     tmp = copy_line(first_chunk, tmp_path)
 
     def killed(*args, **kwargs):
@@ -320,7 +320,14 @@ def test_an_adopted_chunk_keeps_the_branch_records_made_while_it_waited(first_ch
         patch.setattr(line, "write_last_checkpoint", killed)
         patch.setattr(line, "write_release", killed)
         with pytest.raises(KeyboardInterrupt):
-            continue_tiny(tmp, chunk_steps=None)  # to the horizon: the adoption below launches no other chunk
+            continue_tiny(tmp, chunk_steps=None)
+    return tmp
+
+
+def test_an_adopted_chunk_keeps_the_branch_records_made_while_it_waited(first_chunk, tmp_path, monkeypatch):
+    """make release-cooldown, run between a killed continuation and the next, records its branch in
+    last-checkpoint/'s continuation.json; the chunk adopted next started before that record."""
+    tmp = trained_to_the_horizon_and_killed(first_chunk, tmp_path, monkeypatch)
     path = tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE
     branch = {"start_step": 4, "end_step": 6, "decay_steps": 2, "released_step": None}
     path.write_text(json.dumps({**json.loads(path.read_text()), "branches": [branch]}))  # as a cooldown records it
@@ -333,16 +340,7 @@ def test_an_adopted_chunk_keeps_the_branch_records_made_while_it_waited(first_ch
 def test_an_adopted_chunk_that_reached_the_horizon_ends_the_line_without_another_step(
     first_chunk, tmp_path, monkeypatch
 ):
-    tmp = copy_line(first_chunk, tmp_path)
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr(line, "write_last_checkpoint", killed)
-        patch.setattr(line, "write_release", killed)
-        with pytest.raises(KeyboardInterrupt):
-            continue_tiny(tmp, chunk_steps=None)  # trains to the horizon (max_steps 8), killed before keeping it
+    tmp = trained_to_the_horizon_and_killed(first_chunk, tmp_path, monkeypatch)
     summary = continue_tiny(tmp, chunk_steps=2)
     assert summary["step"] == 8 and summary["finished"], f"the adopted chunk ends the line at max_steps: {summary}"
     record = json.loads((tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
