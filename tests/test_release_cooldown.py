@@ -15,7 +15,7 @@ from test_release_continuation import COMMAND, NAME, PRESET, REPO, continue_tiny
 
 from modeling_ndr.training import UsageError
 from modeling_ndr.training import continuation as line
-from modeling_ndr.training.cooldown import branch_steps, cooldown_arguments
+from modeling_ndr.training.cooldown import cooldown_arguments
 
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
@@ -88,16 +88,11 @@ def test_a_branch_worse_than_the_release_keeps_it(line_at_4, tmp_path):
     release = tmp_path / "models" / NAME
     set_release_ood_valid(release, 1.01)  # no checkpoint can beat it
     before = {k: v for k, v in snapshot(release).items() if not k.startswith("last-checkpoint")}
-    summary = branch(tmp_path, steps=3)  # rounded up to end on an evaluation step (eval_steps 2)
+    summary = branch(tmp_path, steps=3)  # rounded up to whole evaluation intervals (eval_steps 2)
     assert summary["step"] == 8 and not summary["released"], summary
     assert {k: v for k, v in snapshot(release).items() if not k.startswith("last-checkpoint")} == before
     record = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
     assert record["branches"][0]["released_step"] is None and record["branches"][0]["decay_steps"] == 4
-
-
-def test_a_branch_ends_on_a_step_that_trainer_evaluates():
-    assert branch_steps(27750, 4000, 500) == 4250, "27,750 + 4,000 is no evaluation step; 32,000 is"
-    assert branch_steps(28000, 4000, 500) == 4000 and branch_steps(4, 3, 2) == 4
 
 
 def test_a_line_whose_rate_decays_already_is_refused_in_one_line():

@@ -76,12 +76,6 @@ def cooldown_arguments(values: dict, start_step: int, steps: int, decay_type: st
             "--warmup_steps", str(warmup), "--max_steps", str(start_step + steps)]  # fmt: skip
 
 
-def branch_steps(start_step: int, steps: int, eval_steps: int) -> int:
-    """At least `steps`, so that the branch ends on a step Trainer evaluates (a multiple of `eval_steps`): its last
-    checkpoint, trained at the end of the decay, is one the release can be chosen from."""
-    return math.ceil((start_step + steps) / eval_steps) * eval_steps - start_step
-
-
 def cooldown_release(
     release_dir: str,
     work_dir: str,
@@ -101,8 +95,8 @@ def cooldown_release(
         work_dir: train.py's `--output_dir` for the branch (the command must name it; not the line's work folder).
         command: the line's train.py launch (`--preset`, `--output_dir`, the total batch); the branch's schedule,
             horizon and `--resume_from_checkpoint` are added.
-        steps: the branch's steps, rounded up so that it ends on an evaluation step of the recipe
-            (`branch_steps`).
+        steps: the branch's steps, rounded up to whole evaluation intervals of the recipe (its last step is
+            evaluated).
         publish: as `continuation.write_release`.
         paper: as `continuation.write_release`.
         decay_type: the decay's shape.
@@ -128,10 +122,11 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
     if line is None:
         raise UsageError(f"{name}: no line to branch from (no {LAST_CHECKPOINT}/); make release-continue starts one")
     values = line["recipe"]["values"]
+    eval_steps = int(values.get("eval_steps") or 500)
+    steps = math.ceil(steps / eval_steps) * eval_steps
     staged = staged_checkpoint(last, work_dir)
     try:
         start = checkpoint_step(staged)
-        steps = branch_steps(start, steps, int(values.get("eval_steps") or 500))
         arguments = cooldown_arguments(values, start, steps, decay_type)
         for entry in os.listdir(work_dir) if os.path.isdir(work_dir) else ():  # a branch before this one
             if entry.startswith(PREFIX_CHECKPOINT_DIR) or entry in ("export", "stopped.json"):
