@@ -88,11 +88,12 @@ def test_a_branch_worse_than_the_release_keeps_it(line_at_4, tmp_path):
     release = tmp_path / "models" / NAME
     set_release_ood_valid(release, 1.01)  # no checkpoint can beat it
     before = {k: v for k, v in snapshot(release).items() if not k.startswith("last-checkpoint")}
-    summary = branch(tmp_path, steps=3)  # rounded up to whole evaluation intervals (eval_steps 2)
-    assert summary["step"] == 8 and not summary["released"], summary
+    summary = branch(tmp_path, steps=3)  # its last step, 7, is no evaluation step (eval_steps 2): evaluated too
+    assert summary["step"] == 7 and not summary["released"], summary
     assert {k: v for k, v in snapshot(release).items() if not k.startswith("last-checkpoint")} == before
     record = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
-    assert record["branches"][0]["released_step"] is None and record["branches"][0]["decay_steps"] == 4
+    assert record["branches"][0]["released_step"] is None and record["branches"][0]["decay_steps"] == 3
+    assert record["branches"][0]["best"]["step"] == 7, "Trainer evaluates a branch's last step"
 
 
 def test_a_line_whose_rate_decays_already_is_refused_in_one_line():

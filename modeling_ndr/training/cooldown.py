@@ -17,7 +17,6 @@ under `branches`; its steps are counted in the compute record of a release it ma
 
 import json
 import logging
-import math
 import os
 import shutil
 
@@ -95,8 +94,7 @@ def cooldown_release(
         work_dir: train.py's `--output_dir` for the branch (the command must name it; not the line's work folder).
         command: the line's train.py launch (`--preset`, `--output_dir`, the total batch); the branch's schedule,
             horizon and `--resume_from_checkpoint` are added.
-        steps: the branch's steps, rounded up to whole evaluation intervals of the recipe (its last step is
-            evaluated).
+        steps: the branch's steps (Trainer evaluates the last one whether or not it is an evaluation step).
         publish: as `continuation.write_release`.
         paper: as `continuation.write_release`.
         decay_type: the decay's shape.
@@ -122,8 +120,6 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
     if line is None:
         raise UsageError(f"{name}: no line to branch from (no {LAST_CHECKPOINT}/); make release-continue starts one")
     values = line["recipe"]["values"]
-    eval_steps = int(values.get("eval_steps") or 500)
-    steps = math.ceil(steps / eval_steps) * eval_steps
     staged = staged_checkpoint(last, work_dir)
     try:
         start = checkpoint_step(staged)
