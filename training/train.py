@@ -79,7 +79,7 @@ from modeling_ndr.training import (
 from modeling_ndr.training.adaptive import export_summary
 from modeling_ndr.training.atomic import check_replaceable
 from modeling_ndr.training.checkpoints import saves_optimizer_states
-from modeling_ndr.training.data import check_encoded
+from modeling_ndr.training.data import cache_files, check_encoded
 from modeling_ndr.training.export import EXPORT_FILES
 from modeling_ndr.training.locking import lock_output_dir
 from modeling_ndr.training.schedules import PonderWeightSchedule
@@ -154,6 +154,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     tokenizer, model = build_tokenizer_and_model(data_args, model_args, label_names, texts, values)
 
     # ---- the data: the task generated (once, then cached), tokenized
+    data_started = time.time()
     with training_args.main_process_first(desc="generate and tokenize the data"):
         if raw is None:
             options = {"direction": data_args.direction} if data_args.direction else {}
@@ -168,6 +169,17 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
             warn_unknown_words(raw, tokenizer)
         data = encode(raw, tokenizer, model.config.label2id, sources)
         check_encoded(data, model.config, sources)  # a training step on a GPU checks no input values
+    files = cache_files(raw, data)
+    written = [path for path in files if os.path.getmtime(path) >= data_started]  # the others were in the cache
+    logger.info("data ready after %.1f s: %d of the %d files it is read from were written now, the others read from "
+                "the datasets cache", time.time() - data_started, len(written), len(files))  # fmt: skip
+    if run_args.prepare_data_only:  # (make gpu-session's data step: the release's run reads these files)
+        if training_args.should_save:
+            os.makedirs(training_args.output_dir, exist_ok=True)
+            with open(os.path.join(training_args.output_dir, "data_files.json"), "w") as f:
+                json.dump({"cache_files": files, "written": written}, f, indent=2)
+        print(f"prepared the data ({len(written)} of {len(files)} cache files written); no step trained")
+        return {}
     with training_args.main_process_first(desc="load the evaluate metric"):
         depth_accuracy = load_depth_accuracy()
     logger.info("model: %s parameters, config %s", f"{model.num_parameters():,}", model.config.to_diff_dict())

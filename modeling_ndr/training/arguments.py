@@ -174,6 +174,14 @@ class RunArguments:
     ponder_warmup_steps: int = field(
         default=0, metadata={"help": "ACT models: optimizer steps over which the ponder weight grows from 0."}
     )
+    prepare_data_only: bool = field(
+        default=False,
+        metadata={
+            "help": "Generate and tokenize the data into the `datasets` cache, list the cache files in "
+            "output_dir/data_files.json, and stop without training: a later run with the same data flags (task, "
+            "task_seed, n_train, n_eval, direction) reads them instead of making them (make gpu-session's data step)."
+        },
+    )
 
 
 ARGUMENT_CLASSES = (DataArguments, ModelArguments, RunArguments, TrainingArguments)

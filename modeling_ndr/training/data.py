@@ -412,6 +412,13 @@ def warn_long_texts(data: datasets.DatasetDict, max_length: int, sources: dict[s
             )  # fmt: skip
 
 
+def cache_files(*splits: datasets.DatasetDict) -> list[str]:
+    """The files of the `datasets` cache that the splits are read from (the generated or read data and the encoded
+    splits made from it), each once; empty for splits held in memory."""
+    files = (entry["filename"] for data in splits for dataset in data.values() for entry in dataset.cache_files)
+    return list(dict.fromkeys(files))
+
+
 def warn_unknown_words(data: datasets.DatasetDict, tokenizer) -> None:
     """Log how many evaluation words training never showed: they map to [UNK], and accuracy will suffer."""
     vocabulary = tokenizer.get_vocab()
