@@ -145,7 +145,8 @@ def test_the_session_ends_within_its_budget_whatever_a_step_does(tmp_path, monke
     }
     args = types.SimpleNamespace(out=str(tmp_path / "out"), work_dir=str(tmp_path / "work"), minutes=0.35,
                                  release_args=f"--models_dir {models}", task=None, steps=list(session.SHARES),
-                                 wheels=str(tmp_path / "no-wheels"), dry_run=True)  # fmt: skip
+                                 wheels=str(tmp_path / "no-wheels"), dry_run=True,
+                                 datasets_cache=str(tmp_path / "datasets"))  # fmt: skip
     record = session.run_session(args, fakes)
     statuses = {step["name"]: step["status"] for step in record["steps"]}
     assert statuses == {"install": "nothing to do", "tests": "failed", "attention": "passed",
@@ -157,28 +158,39 @@ def test_the_session_ends_within_its_budget_whatever_a_step_does(tmp_path, monke
     assert json.loads((out / "session.json").read_text())["steps"] == record["steps"]
 
 
-def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(tmp_path):
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> types.SimpleNamespace:
+    """`make gpu-session NO_CUDA=1` once, every step, its folders temporary; what the tests below look at."""
+    tmp_path = tmp_path_factory.mktemp("dry-run")
     models = tmp_path / "models"
     for task, ood_test in (("ctl-forward", 0.5), ("ctl-backward", 0.995), ("arithmetic", 0.96), ("listops", 0.85)):
         write_release(models, task, ood_test)  # ctl-forward is furthest from its target (0.49 below)
     wheels = tmp_path / "whl"
     wheel(wheels, "ndr_session_probe", "0.1")
     present = wheel(wheels, "numpy", "0.0.1")  # numpy is installed: the image's is kept, this one never installed
-    out, work = tmp_path / "out", tmp_path / "work"
+    out, work, cache = tmp_path / "out", tmp_path / "work", tmp_path / "datasets"
     release_args = f"--preset tiny_gpu_release_test --outputs_dir {tmp_path / 'outputs'} --models_dir {models}"
     result = subprocess.run(
         ["make", "--no-print-directory", "gpu-session", f"OUT={out}", "MINUTES=8", "NO_CUDA=1",
          f"PYTHON={sys.executable}", f"GPU_RELEASE_ARGS={release_args}",
-         f"GPU_SESSION_ARGS=--work_dir {work} --wheels {wheels}"],
+         f"GPU_SESSION_ARGS=--work_dir {work} --wheels {wheels} --datasets_cache {cache}"],
         cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"),
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     record = json.loads((out / "session.json").read_text())
-    steps = {step["name"]: step for step in record["steps"]}
-    assert [step["status"] for step in record["steps"]] == ["passed"] * 5, output[-4000:]
+    return types.SimpleNamespace(output=output, record=record, steps={step["name"]: step for step in record["steps"]},
+                                 out=out, models=models, cache=cache, present=present)  # fmt: skip
+
+
+def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(dry_run):
+    record, steps, out, models = dry_run.record, dry_run.steps, dry_run.out, dry_run.models
+    assert [step["name"] for step in record["steps"]] == [
+        "install", "tests", "attention", "training_step", "data", "release"
+    ], "the data step ran beside the tests and benchmarks, and ended before the release"  # fmt: skip
+    assert [step["status"] for step in record["steps"]] == ["passed"] * 6, dry_run.output[-4000:]
     assert steps["install"]["installed"] == ["ndr_session_probe-0.1-py3-none-any.whl"]
-    assert steps["install"]["already_installed"] == [present.name]
+    assert steps["install"]["already_installed"] == [dry_run.present.name]
     assert steps["release"]["task"] == "ctl-forward", steps["release"]
     assert record["within_budget"] and record["seconds"] <= 480
     files = sorted(out.iterdir())
@@ -192,11 +204,25 @@ def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(tmp_path)
     assert set(tar_members(out, "release-ndr-ctl-forward.tar")) == released, "all of the release comes back"
 
 
+def test_the_release_reads_the_data_that_the_data_step_prepared_and_makes_none(dry_run):
+    data = dry_run.steps["data"]
+    assert data["preset"] == "tiny_gpu_release_test", "the release's preset (--release_args' --preset)"
+    prepared = data["cache_files"]
+    assert prepared and data["written"] == len(prepared), f"a fresh cache: the data step made every file: {data}"
+    now = {file: (dry_run.cache / file).stat().st_mtime_ns for file in prepared if (dry_run.cache / file).is_file()}
+    assert now == prepared, "the release wrote none of the data step's files again"
+    # (the cache was empty before the data step: the files the release read and did not write are the data step's)
+    release_log = tar_members(dry_run.out, "session.tar.gz")["session/logs/release.log"].decode()
+    assert f"0 of the {len(prepared)} files it is read from were written now" in release_log, (
+        f"the release's train.py made no data of its own: {release_log[-3000:]}"
+    )
+
+
 def session_args(tmp_path: Path, steps: list[str], **overrides) -> types.SimpleNamespace:
     """`main`'s arguments for a session on a GPU (not a dry run), its folders in `tmp_path`."""
     values = dict(out=str(tmp_path / "out"), work_dir=str(tmp_path / "work"), minutes=25, release_args="",
                   task=None, steps=steps, wheels=str(tmp_path / "no-wheels"), dry_run=False,
-                  models_copy=str(tmp_path / "models-copy"))  # fmt: skip
+                  models_copy=str(tmp_path / "models-copy"), datasets_cache=str(tmp_path / "datasets"))  # fmt: skip
     return types.SimpleNamespace(**{**values, **overrides})
 
 
@@ -229,6 +255,76 @@ def test_the_release_is_trained_in_a_copy_that_the_next_session_on_the_machine_k
     [release] = session.session_steps(args, str(tmp_path), str(tmp_path / "site"), True)
     release.command(600)
     assert (copy / "last-checkpoint").is_dir() and release.note["copied_from"] is None, "the line trains on"
+
+
+def test_the_gpu_presets_are_those_a_release_without_a_line_starts():
+    releases = load_script("hub_cards/make_model_repos.py").GPU_RELEASES
+    assert session.GPU_PRESETS == {task: release.preset for task, (_, release) in releases.items()}, (
+        "the data step prepares the data of the preset make gpu-release starts a new line of"
+    )
+
+
+def test_the_data_step_prepares_the_data_of_the_preset_the_release_trains(tmp_path):
+    release = write_release(tmp_path, "listops", 0.5)
+    options = session.release_options
+    assert session.release_preset("listops", str(release), options([])) == "listops_gpu", "no line: the GPU preset"
+    (release / "last-checkpoint").mkdir()
+    line = {"recipe": {"preset": "listops_cpu_continue"}}
+    (release / "last-checkpoint" / "continuation.json").write_text(json.dumps(line))
+    assert session.release_preset("listops", str(release), options([])) == "listops_cpu_continue", (
+        "a line trains on with its own recipe, whatever device started it"
+    )
+    assert session.release_preset("listops", str(release), options(["--switch_recipe"])) == "listops_gpu"
+    given = options(["--models_dir", str(tmp_path), "--preset", "tiny_gpu_release_test"])
+    assert session.release_preset("listops", str(release), given) == "tiny_gpu_release_test", "--preset wins"
+
+
+def test_the_data_step_runs_on_the_cpu_into_the_cache_the_release_reads(tmp_path):
+    write_release(tmp_path / "models", "listops", 0.5)  # no line
+    args = session_args(tmp_path, ["data", "release"], task="listops", release_args=f"--models_dir {tmp_path}/models")
+    data, release = session.session_steps(args, str(tmp_path), str(tmp_path / "site"), True)
+    assert data.env["CUDA_VISIBLE_DEVICES"] == "", "the benchmarks measure the GPU meanwhile"
+    assert data.env["HF_DATASETS_CACHE"] == release.env["HF_DATASETS_CACHE"] == args.datasets_cache
+    command = data.command(600)
+    assert command[1:] == ["training/train.py", "--preset", "listops_gpu", "--prepare_data_only", "true",
+                           "--output_dir", str(tmp_path / "data"), "--disable_tqdm", "true"], command  # fmt: skip
+
+
+def fake_data_step(ready: Path) -> list[str]:
+    """A data step that takes 4 s, then writes `ready`."""
+    return [sys.executable, "-c", f"import time; time.sleep(4); open({str(ready)!r}, 'w').close()"]
+
+
+def test_the_release_waits_for_the_data_step_that_runs_beside_the_steps_before_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    models, ready, seen = tmp_path / "models", tmp_path / "data-ready", tmp_path / "seen-by-tests"
+    write_release(models, "listops", 0.2)
+    exists = f"__import__('os').path.exists({str(ready)!r})"
+    fakes = {
+        "data": lambda argv: fake_data_step(ready),
+        "tests": lambda argv: [sys.executable, "-c", f"open({str(seen)!r}, 'w').write(str({exists}))"],
+        "release": lambda argv: [sys.executable, "-c", f"raise SystemExit(not {exists})"],
+    }
+    args = session_args(tmp_path, ["install", "data", "tests", "release"], minutes=1, task="listops", dry_run=True,
+                        release_args=f"--models_dir {models}")  # fmt: skip
+    record = session.run_session(args, fakes)
+    statuses = {step["name"]: step["status"] for step in record["steps"]}
+    assert statuses == {"install": "nothing to do", "tests": "passed", "data": "passed", "release": "passed"}, (
+        f"the release started once the data was ready: {record['steps']}"
+    )
+    assert seen.read_text() == "False", "the tests ran while the data step was still preparing"
+
+
+def test_a_command_without_the_release_waits_for_the_data_step_at_its_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    models, ready = tmp_path / "models", tmp_path / "data-ready"
+    write_release(models, "listops", 0.2)
+    fakes = {"data": lambda argv: fake_data_step(ready), "tests": lambda argv: [sys.executable, "-c", "pass"]}
+    args = session_args(tmp_path, ["install", "data", "tests"], minutes=1, task="listops", dry_run=True,
+                        release_args=f"--models_dir {models}")  # fmt: skip
+    record = session.run_session(args, fakes)
+    assert record["steps"][-1]["name"] == "data" and record["steps"][-1]["status"] == "passed", record["steps"]
+    assert ready.exists(), "the data is kept for the next command on the machine, not cut off by the session's end"
 
 
 def test_a_benchmark_contender_that_fails_to_compile_leaves_the_others_measured_and_saved(tmp_path, monkeypatch):

@@ -7,11 +7,16 @@ On a fresh CUDA machine with no network and the image's python (no virtualenv), 
 
 1. `install`: the wheels of `.whl/` (`../shared/gpu/fetch_wheels.sh`) whose distributions the image lacks, into
    `<work_dir>/site`, which the later steps find on `PYTHONPATH` (with the checkout: `modeling_ndr` is not installed);
-2. `tests`: the CUDA tests and the Triton kernels' tests (`pytest -m "gpu or triton"`, what `make test-gpu` runs),
+2. `data`: started beside the steps after it, on the CPU with CUDA hidden, `train.py --prepare_data_only` with the
+   preset the release trains (`release_preset`) generates and tokenizes the release's data into `--datasets_cache`
+   (`HF_DATASETS_CACHE` of this step and the release, under `outputs/`: kept between commands), so that the release,
+   which waits for it, reads it from there (ListOps' 1M training rows take minutes of one core); a command without
+   the release waits for it at its end, for the next command on the machine;
+3. `tests`: the CUDA tests and the Triton kernels' tests (`pytest -m "gpu or triton"`, what `make test-gpu` runs),
    kept as JUnit XML and as text (one line per test, so that a stopped run still says how far it got);
-3. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 200, 50, 512);
-4. `training_step`: `benchmarks/gpu.py`'s training step of the GPU presets, eager against `torch.compile`;
-5. `release`: what `make gpu-release TASK=<task> MINUTES=<the minutes left>` runs (`hub_cards/make_model_repos.py
+4. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 200, 50, 512);
+5. `training_step`: `benchmarks/gpu.py`'s training step of the GPU presets, eager against `torch.compile`;
+6. `release`: what `make gpu-release TASK=<task> MINUTES=<the minutes left>` runs (`hub_cards/make_model_repos.py
    --gpu`, with no make and no virtualenv) for the release furthest below its ood_test target (`furthest_release`),
    with `--release_args` as its `GPU_RELEASE_ARGS`. It trains a copy of the release, `--models_copy/ndr-<task>/`
    (under `outputs/`, which git ignores: a device machine keeps it between commands, and a copy of the checkout
@@ -19,13 +24,13 @@ On a fresh CUDA machine with no network and the image's python (no virtualenv), 
    `--release_args` trains that folder instead.
 
 Each step has a time limit: its share (`SHARES`) of the time left, among the steps still to run, so that the time a
-step leaves unused goes to the later ones and the last step gets all that is left (`Budget`); a step past it is
-stopped (SIGTERM to its process group, SIGKILL after a grace period) and a failed or stopped step does not stop the
-next. After every step the results are packed into OUT (`pack`), because the machines this runs on may hand back only
-at most 8 files of at most 16 MiB (64 MiB in all): `session.json` (each step's status, time and limit; the
-environment; what was packed), `session.tar.gz` (logs, test report, benchmark JSON) and `release-ndr-<task>.tar` with
-the released folder and its `last-checkpoint/` (split into `.part-NN` files of 16 MiB where larger:
-`cat release-*.tar.part-* | tar -x`).
+step leaves unused goes to the later ones and the last step gets all that is left (`Budget`; `data`, beside them, all
+the time left when it starts); a step past it is stopped (SIGTERM to its process group, SIGKILL after a grace period)
+and a failed or stopped step does not stop the next. After every step the results are packed into OUT (`pack`),
+because the machines this runs on may hand back only at most 8 files of at most 16 MiB (64 MiB in all):
+`session.json` (each step's status, time and limit; the environment; what was packed), `session.tar.gz` (logs, test
+report, benchmark JSON) and `release-ndr-<task>.tar` with the released folder and its `last-checkpoint/` (split into
+`.part-NN` files of 16 MiB where larger: `cat release-*.tar.part-* | tar -x`).
 
 `--dry_run` (`make gpu-session NO_CUDA=1`) hides CUDA and runs the same steps, sized for the CPU: the CUDA tests of
 `tests/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
@@ -58,8 +63,12 @@ MIB = 2**20
 MAX_FILES, MAX_FILE_BYTES, MAX_TOTAL_BYTES = 8, 16 * MIB, 64 * MIB
 # the ood_test accuracy each GPU release is trained towards (make gpu-release TASK=<task>: hub_cards/models/ndr-<task>)
 TARGETS = {"ctl-forward": 0.99, "ctl-backward": 0.99, "arithmetic": 0.95, "listops": 0.90}
-# each step's share of the time left among the steps still to run (all five: 10%, 30%, 10%, 20% of the budget, the
-# release the rest); the last step gets whatever is left
+# the steps in their order; `data` runs beside the steps after it (BACKGROUND), until the release (which reads it) or
+# the end of the session
+STEPS = ("install", "data", "tests", "attention", "training_step", "release")
+BACKGROUND = ("data",)
+# each other step's share of the time left among the steps still to run (all five: 10%, 30%, 10%, 20% of the budget,
+# the release the rest); the last step gets whatever is left
 SHARES = {"install": 0.1, "tests": 0.3, "attention": 0.1, "training_step": 0.2, "release": 0.3}
 MIN_STEP_SECONDS = 5  # a step that would get less is skipped
 MIN_LIMIT_SECONDS = 60  # a step's share is at least this (where it is left): starting Python and torch takes seconds
@@ -73,6 +82,12 @@ MIN_TEST_TIMEOUT = 150
 ATTENTION_LENGTHS = "200,50,512"
 # the release the session trains, under outputs/ (git-ignored: kept between commands on one machine)
 MODELS_COPY = os.path.join(REPO, "outputs", "gpu_session_models")
+# the `datasets` cache of the data and release steps (HF_DATASETS_CACHE), kept there too
+DATASETS_CACHE = os.path.join(REPO, "outputs", "gpu_session_datasets")
+# the preset of a GPU release without a line (hub_cards/make_model_repos.py's GPU_RELEASES), whose data the data step
+# prepares
+GPU_PRESETS = {"ctl-forward": "ctl_gpu", "ctl-backward": "ctl_backward_gpu", "arithmetic": "arithmetic_gpu",
+               "listops": "listops_gpu"}  # fmt: skip
 PACKAGES = ("torch", "triton", "transformers", "accelerate", "huggingface_hub", "safetensors", "tokenizers",
             "datasets", "evaluate", "numpy", "pandas", "pyarrow", "pytest")  # fmt: skip
 
@@ -99,6 +114,28 @@ def furthest_release(models_dir: str, targets: dict[str, float] = TARGETS) -> tu
         gaps[task] = round(target - (accuracy or 0.0), 6)
     task = max(gaps, key=gaps.get)
     return (task if gaps[task] > 0 else None), gaps
+
+
+def release_options(release_args: list[str]) -> argparse.Namespace:
+    """What the session reads of `--release_args` (`hub_cards/make_model_repos.py`'s flags): `models_dir`, `preset`,
+    `switch_recipe`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--models_dir", default=None)
+    parser.add_argument("--preset", default=None)
+    parser.add_argument("--switch_recipe", action="store_true")
+    return parser.parse_known_args(release_args)[0]
+
+
+def release_preset(task: str, release_dir: str, options: argparse.Namespace) -> str:
+    """The preset `make gpu-release` trains `task` with (`make_model_repos.py`'s `continue_line`): `--preset`, else
+    the line's own (its `last-checkpoint/continuation.json`) unless `--switch_recipe`, else the task's GPU preset."""
+    if options.preset:
+        return options.preset
+    line = os.path.join(release_dir, "last-checkpoint", "continuation.json")
+    if not options.switch_recipe and os.path.isfile(line):
+        with open(line) as f:
+            return json.load(f)["recipe"]["preset"]
+    return GPU_PRESETS[task]
 
 
 @dataclasses.dataclass
@@ -130,10 +167,19 @@ class Budget:
 # --------------------------------------------------------------------------------------------------------- steps
 
 
-def run_step(name: str, command: list[str], log_path: str, limit: float, grace: float, **popen_kwargs) -> dict:
-    """Run `command` with its output in `log_path`; past `limit` seconds its process group gets SIGTERM (a training
-    run saves a checkpoint then), and SIGKILL `grace` seconds later."""
-    started = time.monotonic()
+@dataclasses.dataclass
+class Started:
+    """A step's process, started (None: it could not be), with its output going to `log_path`."""
+
+    name: str
+    process: subprocess.Popen | None
+    log_path: str
+    limit: float
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+
+def start_step(name: str, command: list[str], log_path: str, limit: float, **popen_kwargs) -> Started:
+    """Start `command` in its own process group, with its output in `log_path`."""
     with open(log_path, "w") as log:
         log.write(f"$ {shlex.join(command)}\n")
         log.flush()
@@ -142,21 +188,35 @@ def run_step(name: str, command: list[str], log_path: str, limit: float, grace: 
                                        **popen_kwargs)  # fmt: skip
         except OSError as error:
             log.write(f"{error}\n")
-            return dict(name=name, status="failed", returncode=None, seconds=0.0, limit_seconds=round(limit, 1))
+            process = None
+    return Started(name, process, log_path, limit)
+
+
+def finish_step(step: Started, grace: float) -> dict:
+    """Wait for a started step until its limit (counted from its start); past it its process group gets SIGTERM (a
+    training run saves a checkpoint then), and SIGKILL `grace` seconds later."""
+    process, limit = step.process, step.limit
+    if process is None:
+        return dict(name=step.name, status="failed", returncode=None, seconds=0.0, limit_seconds=round(limit, 1))
+    try:
+        returncode = process.wait(timeout=max(0.0, step.started + limit - time.monotonic()))
+        status = "passed" if returncode == 0 else "failed"
+    except subprocess.TimeoutExpired:
+        status = "timed out"
+        os.killpg(process.pid, signal.SIGTERM)
         try:
-            returncode = process.wait(timeout=limit)
-            status = "passed" if returncode == 0 else "failed"
+            process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            status = "timed out"
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            returncode = process.returncode
-    seconds = round(time.monotonic() - started, 1)
-    return dict(name=name, status=status, returncode=returncode, seconds=seconds, limit_seconds=round(limit, 1))
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        returncode = process.returncode
+    seconds = round(time.monotonic() - step.started, 1)
+    return dict(name=step.name, status=status, returncode=returncode, seconds=seconds, limit_seconds=round(limit, 1))
+
+
+def run_step(name: str, command: list[str], log_path: str, limit: float, grace: float, **popen_kwargs) -> dict:
+    """Run `command` with its output in `log_path`, stopped past `limit` seconds (`finish_step`)."""
+    return finish_step(start_step(name, command, log_path, limit, **popen_kwargs), grace)
 
 
 def release_copy(source: str, copy: str) -> str | None:
@@ -194,13 +254,23 @@ class Step:
     # the command, given the step's time limit in seconds; None: nothing to do
     command: Callable[[float], list[str] | None]
     note: dict = dataclasses.field(default_factory=dict)
+    env: dict = dataclasses.field(default_factory=dict)  # set for the step, over `child_environment`'s
 
 
 def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
     python = sys.executable
     gpu_bench = [python, os.path.join("benchmarks", "gpu.py")]
     tiny = ["--device", "cpu", "--tiny", "--compile-backend", "eager", "--repeats", "1"] if args.dry_run else []
-    notes = {name: {} for name in SHARES}
+    notes = {name: {} for name in STEPS}
+    release_args = shlex.split(args.release_args)
+    options = release_options(release_args)
+    no_cuda = "no CUDA device: the GPU presets are not trained on a CPU"
+
+    def chosen_release() -> tuple[str | None, dict | None, str | None]:
+        """The task (None: every release is at its target), every task's distance to its target, and the folder
+        trained. Chosen among the checkout's releases, the same in every command of a half hour."""
+        task, gaps = (args.task, None) if args.task else furthest_release(options.models_dir or RELEASES_DIR)
+        return task, gaps, task and os.path.join(options.models_dir or args.models_copy, f"ndr-{task}")
 
     def install(limit):
         missing, present = missing_wheels(args.wheels)
@@ -209,6 +279,26 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
             return None
         return [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target", site,
                 *(os.path.join(args.wheels, wheel) for wheel in missing)]  # fmt: skip
+
+    def data(limit):
+        if not (has_cuda or args.dry_run):
+            notes["data"]["skipped"] = no_cuda
+            return None
+        task, _, folder = chosen_release()
+        if task is None:
+            notes["data"]["skipped"] = "every release has reached its ood_test target"
+            return None
+        # the line is in the copy once a session made it, else in the release the release step copies
+        line_dir = folder if os.path.isdir(folder) else os.path.join(RELEASES_DIR, f"ndr-{task}")
+        try:
+            preset = release_preset(task, line_dir, options)
+        except (OSError, ValueError, KeyError) as error:
+            notes["data"]["skipped"] = f"{line_dir}: no preset ({error!r}); the release makes its data itself"
+            return None
+        notes["data"].update(task=task, preset=preset, datasets_cache=args.datasets_cache)
+        # train.py's own preparation, into the cache the release's train.py reads (on the CPU: the GPU is measured)
+        return [python, os.path.join("training", "train.py"), "--preset", preset, "--prepare_data_only", "true",
+                "--output_dir", os.path.join(work, "data"), "--disable_tqdm", "true"]  # fmt: skip
 
     def tests(limit):
         report = os.path.join(work, "tests", "junit.xml")
@@ -229,34 +319,30 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
 
     def release(limit):
         if not (has_cuda or args.dry_run):
-            notes["release"]["skipped"] = "no CUDA device: the GPU presets are not trained on a CPU"
+            notes["release"]["skipped"] = no_cuda
             return None
-        release_args = shlex.split(args.release_args)
-        given = argparse.ArgumentParser(add_help=False)
-        given.add_argument("--models_dir", default=None)
-        given = given.parse_known_args(release_args)[0].models_dir
-        # chosen among the checkout's releases, the same in every command of a half hour
-        task, gaps = (args.task, None) if args.task else furthest_release(given or RELEASES_DIR)
+        task, gaps, folder = chosen_release()
         if task is None:
             notes["release"].update(task=None, ood_test_gap_to_target=gaps)
             notes["release"]["skipped"] = "every release has reached its ood_test target"
             return None
-        if given is None:  # the copy this machine keeps, made where it has none
-            release_args += ["--models_dir", args.models_copy]
-            notes["release"]["copied_from"] = release_copy(
-                os.path.join(RELEASES_DIR, f"ndr-{task}"), os.path.join(args.models_copy, f"ndr-{task}")
-            )
-        folder = os.path.join(given or args.models_copy, f"ndr-{task}")
+        extra = []
+        if options.models_dir is None:  # the copy this machine keeps, made where it has none
+            extra = ["--models_dir", args.models_copy]
+            notes["release"]["copied_from"] = release_copy(os.path.join(RELEASES_DIR, f"ndr-{task}"), folder)
         notes["release"].update(task=task, ood_test_gap_to_target=gaps, folder=folder)
         minutes = max(0.0, limit - min(RELEASE_EVALUATION_SECONDS, 0.3 * limit)) / 60
         minutes = min(minutes, DRY_RUN_RELEASE_MINUTES) if args.dry_run else minutes
         notes["release"]["minutes"] = round(minutes, 2)
         # make gpu-release's command, on the image's python (no make, no .venv there)
         return [python, os.path.join("hub_cards", "make_model_repos.py"), "--gpu", task, "--minutes",
-                f"{minutes:.2f}", *release_args]  # fmt: skip
+                f"{minutes:.2f}", *release_args, *extra]  # fmt: skip
 
-    commands = dict(install=install, tests=tests, attention=attention, training_step=training_step, release=release)
-    return [Step(name, commands[name], notes[name]) for name in args.steps]
+    commands = dict(install=install, data=data, tests=tests, attention=attention, training_step=training_step,
+                    release=release)  # fmt: skip
+    cache = {"HF_DATASETS_CACHE": args.datasets_cache}  # the data step writes there what the release reads
+    envs = {"data": {**cache, "CUDA_VISIBLE_DEVICES": ""}, "release": cache}
+    return [Step(name, commands[name], notes[name], envs.get(name, {})) for name in args.steps]
 
 
 # --------------------------------------------------------------------------------------------------------- packing
@@ -388,8 +474,30 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
     env = child_environment(site, args.dry_run)
     release_dir = None
     steps = session_steps(args, work, site, has_cuda)
+    background = None  # (the data step, its process): it runs beside the steps after it
+
+    def finish(step: Step, started: Started) -> dict:
+        result = finish_step(started, budget.reserve / 2)
+        with open(started.log_path) as f:
+            tail = f.read().splitlines()[-12:]
+        print("\n".join(f"  | {line}" for line in tail), flush=True)
+        if step.name == "data":
+            step.note.update(prepared_data(os.path.join(work, "data"), args.datasets_cache))
+        return result
+
+    def keep(step: Step, result: dict) -> None:
+        result.update(step.note)
+        record["steps"].append(result)
+        print(f"[session] {step.name}: {result['status']} ({result['seconds']:.0f} s)", flush=True)
+
     for index, step in enumerate(steps):
-        limit = budget.limit(SHARES[step.name], sum(SHARES[later.name] for later in steps[index:]))
+        if step.name == "release" and background:  # the release reads what the data step writes: wait for it
+            keep(background[0], finish(*background))
+            background = None
+            save(record, work, out, release_dir, budget)
+        shares_left = sum(SHARES.get(later.name, 0.0) for later in steps[index:])
+        # a step beside the others may take all the time left; each other step its share
+        limit = budget.left() if step.name in BACKGROUND else budget.limit(SHARES[step.name], shares_left)
         result = dict(name=step.name, status="skipped", seconds=0.0, limit_seconds=round(limit, 1))
         if limit < MIN_STEP_SECONDS:
             result["reason"] = "no time left"
@@ -397,24 +505,40 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
             result["status"] = "nothing to do"
         else:
             argv = fakes[step.name](argv) if step.name in (fakes or {}) else argv
-            print(f"[session] {step.name} (at most {limit:.0f} s): {shlex.join(argv)}", flush=True)
+            beside = " beside the steps after it" if step.name in BACKGROUND else ""
+            print(f"[session] {step.name} (at most {limit:.0f} s{beside}): {shlex.join(argv)}", flush=True)
             log = os.path.join(work, "logs", f"{step.name}.log")
-            result = run_step(step.name, argv, log, limit, budget.reserve / 2, env=env, cwd=REPO)
-            with open(log) as f:
-                tail = f.read().splitlines()[-12:]
-            print("\n".join(f"  | {line}" for line in tail), flush=True)
-        result.update(step.note)
-        record["steps"].append(result)
-        print(f"[session] {step.name}: {result['status']} ({result['seconds']:.0f} s)", flush=True)
+            started = start_step(step.name, argv, log, limit, env={**env, **step.env}, cwd=REPO)
+            if step.name in BACKGROUND:
+                background = (step, started)
+                continue
+            result = finish(step, started)
+        keep(step, result)
         if step.name == "release" and step.note.get("folder"):
             release_dir = step.note["folder"]
         if step is not steps[-1]:  # (the last step's results are packed once, below)
             save(record, work, out, release_dir, budget)
+    if background:  # a command without the release: the data is kept for the next command on this machine
+        keep(background[0], finish(*background))
     save(record, work, out, release_dir, budget)
     print(
         f"[session] {record['seconds']:.0f} s of {budget.seconds:.0f}; {out}: {', '.join(record['packed']['files'])}"
     )
     return record
+
+
+def prepared_data(data_dir: str, cache: str) -> dict:
+    """What the data step prepared (`train.py --prepare_data_only` lists it in `data_dir/data_files.json`): the files
+    of the `datasets` cache that the release reads, relative to `cache`, with their modification times in ns (a file
+    written again would change its time), and how many of them the step wrote (the others were there)."""
+    path = os.path.join(data_dir, "data_files.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        prepared = json.load(f)
+    files = {os.path.relpath(file, cache): os.stat(file).st_mtime_ns for file in prepared["cache_files"]
+             if os.path.isfile(file)}  # fmt: skip
+    return {"cache_files": files, "written": len(prepared["written"])}
 
 
 def save(record: dict, work: str, out: str, release_dir: str | None, budget: Budget) -> None:
@@ -435,18 +559,21 @@ def main(argv=None) -> dict:
     parser.add_argument("--release_args", default="", help="GPU_RELEASE_ARGS of make gpu-release (one string).")
     parser.add_argument("--task", default=None, choices=sorted(TARGETS), help="Release to continue (default: the "
                         "one furthest below its target).")  # fmt: skip
-    parser.add_argument("--steps", default=",".join(SHARES), help="Which steps, comma-separated, in their order.")
+    parser.add_argument("--steps", default=",".join(STEPS), help="Which steps, comma-separated, in their order.")
     parser.add_argument("--wheels", default=os.path.join(REPO, ".whl"), help="The wheel folder (fetch_wheels.sh).")
     parser.add_argument("--work_dir", default=os.path.join(REPO, "outputs", "gpu_session"))
     parser.add_argument("--models_copy", default=MODELS_COPY, help="Where the release trained is kept (a copy of "
                         "hub_cards/models/ndr-<task>/ made where none is there), unless --release_args names "
                         "--models_dir.")  # fmt: skip
+    parser.add_argument("--datasets_cache", default=DATASETS_CACHE, help="The `datasets` cache (HF_DATASETS_CACHE) "
+                        "into which the data step prepares the release's data, and from which the release reads "
+                        "it.")  # fmt: skip
     parser.add_argument("--dry_run", action="store_true", help="Hide CUDA; the same steps at CPU sizes.")
     args = parser.parse_args(argv)
     steps = args.steps.split(",")
-    if unknown := sorted(set(steps) - set(SHARES)):
-        parser.error(f"unknown steps {', '.join(unknown)}; the steps are {', '.join(SHARES)}")
-    args.steps = [name for name in SHARES if name in steps]
+    if unknown := sorted(set(steps) - set(STEPS)):
+        parser.error(f"unknown steps {', '.join(unknown)}; the steps are {', '.join(STEPS)}")
+    args.steps = [name for name in STEPS if name in steps]
     return run_session(args)
 
 
