@@ -212,18 +212,13 @@ def continue_line(
         preset, global_batch = line["recipe"]["preset"], line["recipe"]["total_batch"]
         command = command + ["--total_batch_size", str(global_batch)]
     preset = preset or release.preset
-    work_dir = os.path.join(outputs_dir or os.path.join(REPO, "outputs"), release.run)
-    shown = os.path.relpath(work_dir, REPO) if not os.path.relpath(work_dir, REPO).startswith("..") else work_dir
+    work_dir, shown = work_folder(outputs_dir, release.run)
     values = read_preset(preset)
     recipe = {"preset": preset, "values": values, "total_batch": global_batch or total_batch(values, processes),
               "resume": resume}  # fmt: skip
-
-    def publish(checkpoint: str, staging: str, eval_results: dict, run_config: dict) -> None:
-        _released_files(name, checkpoint, staging, org, max_bytes, eval_results, run_config)
-
     summary = continue_release(
         release_dir, work_dir, command + ["--preset", preset, "--output_dir", shown, "--disable_tqdm", "true"],
-        minutes, recipe, publish, warm_start=warm_start, switch_recipe=switch_recipe,
+        minutes, recipe, publisher(name, org, max_bytes), warm_start=warm_start, switch_recipe=switch_recipe,
         paper=PAPER_BUDGETS.get(name), chunk_steps=chunk_steps, cwd=REPO, env=env,
     )  # fmt: skip
     value = f"{summary['release_value']:.4f}" if summary["release_value"] is not None else "none"
@@ -232,6 +227,23 @@ def continue_line(
     print(f"[release] {name}: line at step {summary['step']} ({summary['samples'] / 1e6:.2f}M samples); {outcome} "
           f"({summary['metric']} {value}){horizon}")  # fmt: skip
     return summary
+
+
+def work_folder(outputs_dir: str | None, run: str) -> tuple[str, str]:
+    """A line's work folder under `outputs_dir` (default `outputs/`), and how train.py's `--output_dir` names it
+    (relative to the repository where it lies inside it, as run records show paths)."""
+    work_dir = os.path.join(outputs_dir or os.path.join(REPO, "outputs"), run)
+    relative = os.path.relpath(work_dir, REPO)
+    return work_dir, work_dir if relative.startswith("..") else relative
+
+
+def publisher(name: str, org: str, max_bytes: int):
+    """The `publish` of `continuation.write_release` for release `name`: its files with the card of `org/name`."""
+
+    def publish(checkpoint: str, staging: str, eval_results: dict, run_config: dict) -> None:
+        _released_files(name, checkpoint, staging, org, max_bytes, eval_results, run_config)
+
+    return publish
 
 
 def cpu_continue(task: str, minutes: float, **kwargs) -> dict:
@@ -279,19 +291,14 @@ def cpu_cooldown(
     line = read_line(release_dir)
     if line is None:
         raise UsageError(f"{name}: no line to branch from (make release-continue TASK={task} starts one)")
-    work_dir = os.path.join(outputs_dir or os.path.join(REPO, "outputs"), release.run + "-cooldown")
-    shown = os.path.relpath(work_dir, REPO) if not os.path.relpath(work_dir, REPO).startswith("..") else work_dir
+    work_dir, shown = work_folder(outputs_dir, release.run + "-cooldown")
     recipe = line["recipe"]
     launch = (command or cpu_launch()) + ["--total_batch_size", str(recipe["total_batch"])]  # the line's batch
-
-    def publish(checkpoint: str, staging: str, eval_results: dict, run_config: dict) -> None:
-        _released_files(name, checkpoint, staging, org, MAX_BYTES, eval_results, run_config)
-
     summary = cooldown_release(
         release_dir, work_dir,
         launch + ["--preset", recipe["preset"], "--output_dir", shown, "--disable_tqdm", "true"],
-        steps, publish, paper=PAPER_BUDGETS.get(name), decay_type=decay_type, minutes=minutes, cwd=REPO,
-        env=env or dict(os.environ, **CPU_ENV),
+        steps, publisher(name, org, MAX_BYTES), paper=PAPER_BUDGETS.get(name), decay_type=decay_type,
+        minutes=minutes, cwd=REPO, env=env or dict(os.environ, **CPU_ENV),
     )  # fmt: skip
     value = f"{summary['release_value']:.4f}" if summary["release_value"] is not None else "none"
     outcome = "released" if summary["released"] else "release kept"

@@ -272,6 +272,18 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
         task, gaps = (args.task, None) if args.task else furthest_release(options.models_dir or RELEASES_DIR)
         return task, gaps, task and os.path.join(options.models_dir or args.models_copy, f"ndr-{task}")
 
+    def release_to_train(step: str) -> tuple[str, dict | None, str] | None:
+        """`chosen_release()` for a step that works on the release, or None (the reason in the step's note)."""
+        if not (has_cuda or args.dry_run):
+            notes[step]["skipped"] = no_cuda
+            return None
+        task, gaps, folder = chosen_release()
+        if task is None:
+            notes[step].update(task=None, ood_test_gap_to_target=gaps)
+            notes[step]["skipped"] = "every release has reached its ood_test target"
+            return None
+        return task, gaps, folder
+
     def install(limit):
         missing, present = missing_wheels(args.wheels)
         notes["install"].update(wheels=args.wheels, installed=missing, already_installed=present)
@@ -281,13 +293,9 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
                 *(os.path.join(args.wheels, wheel) for wheel in missing)]  # fmt: skip
 
     def data(limit):
-        if not (has_cuda or args.dry_run):
-            notes["data"]["skipped"] = no_cuda
+        if (chosen := release_to_train("data")) is None:
             return None
-        task, _, folder = chosen_release()
-        if task is None:
-            notes["data"]["skipped"] = "every release has reached its ood_test target"
-            return None
+        task, _, folder = chosen
         # the line is in the copy once a session made it, else in the release the release step copies
         line_dir = folder if os.path.isdir(folder) else os.path.join(RELEASES_DIR, f"ndr-{task}")
         try:
@@ -318,14 +326,9 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
         return gpu_bench + tiny + presets + ["--seq", "", "--json", os.path.join(work, "bench", "training_step.json")]
 
     def release(limit):
-        if not (has_cuda or args.dry_run):
-            notes["release"]["skipped"] = no_cuda
+        if (chosen := release_to_train("release")) is None:
             return None
-        task, gaps, folder = chosen_release()
-        if task is None:
-            notes["release"].update(task=None, ood_test_gap_to_target=gaps)
-            notes["release"]["skipped"] = "every release has reached its ood_test target"
-            return None
+        task, gaps, folder = chosen
         extra = []
         if options.models_dir is None:  # the copy this machine keeps, made where it has none
             extra = ["--models_dir", args.models_copy]

@@ -305,11 +305,16 @@ def write_last_checkpoint(release_dir: str, checkpoint: str, continuation: dict)
     return target
 
 
+def metric_split(metric: str) -> str:
+    """The split a selection metric is measured on (`ood_valid_accuracy` or `eval_ood_valid_accuracy`: `ood_valid`)."""
+    return metric.removeprefix("eval_").removesuffix("_accuracy")
+
+
 def release_metric(release_dir: str, metric: str) -> float | None:
     """The release's value of `metric` (`<split>_accuracy`, from its `eval_results.json`, with the fixed steps of
     training where the export chose adaptive steps), None if there is none."""
     results = read_json(os.path.join(release_dir, "eval_results.json")) or {}
-    values = results.get(metric.removeprefix("eval_").removesuffix("_accuracy")) or {}
+    values = results.get(metric_split(metric)) or {}
     # a CTL export runs adaptive steps as loaded; the line's evaluations are the fixed steps of training
     return values.get("fixed_steps", values).get("accuracy")
 
@@ -556,16 +561,10 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
             line_step = checkpoint_step(staged)
 
         # the chunk starts from last-checkpoint/ (or the release's weights, or nothing), in a clean work folder
-        for entry in os.listdir(work_dir) if os.path.isdir(work_dir) else ():
-            if entry.startswith(PREFIX_CHECKPOINT_DIR) or entry in ("export", "stopped.json", CONTINUATION_FILE):
-                path = os.path.join(work_dir, entry)
-                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
-        os.makedirs(work_dir, exist_ok=True)
+        clear_work_dir(work_dir)
         start = []
         if staged:
-            resume = os.path.join(work_dir, f"{PREFIX_CHECKPOINT_DIR}-{line_step}")
-            os.rename(staged, resume)
-            staged = None
+            resume, staged = resume_in(work_dir, staged), None
             start = ["--resume_from_checkpoint", resume]
             start_seconds = training_clock(read_json(os.path.join(resume, "trainer_state.json")))
         else:
@@ -583,14 +582,7 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
 
     chunk_command = command + start
     logger.info("%s: training from step %d: %s", name, line_step, " ".join(chunk_command))
-    status = run_chunk(chunk_command, **run_kwargs)
-    newest = latest_complete_checkpoint(work_dir)
-    if status not in (0, EXIT_STOPPED) and read_stopped(work_dir) is None:
-        raise RuntimeError(f"{name}: the chunk failed (exit status {status}); the release and its last-checkpoint/ "
-                           "are unchanged")  # fmt: skip
-    if newest is None or checkpoint_step(newest) <= line_step:
-        raise RuntimeError(f"{name}: the chunk saved no checkpoint past step {line_step} (a time box shorter than a "
-                           "step?); the release and its last-checkpoint/ are unchanged")  # fmt: skip
+    newest = trained_checkpoint(f"{name}: the chunk", work_dir, run_chunk(chunk_command, **run_kwargs), line_step)
     continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper)
     return _summary(release_dir, newest, continuation, released, recipe)
 
@@ -608,6 +600,37 @@ def _summary(release_dir: str, newest: str, continuation: dict, released: bool, 
         "line_best": state.get("best_metric"),
         "finished": continuation.get("finished", False),
     }
+
+
+def clear_work_dir(work_dir: str) -> None:
+    """Empty a work folder of what a chunk before left there (checkpoints, export, stop record, pending record); the
+    run's logs and records stay. The folder is made if there is none."""
+    for entry in os.listdir(work_dir) if os.path.isdir(work_dir) else ():
+        if entry.startswith(PREFIX_CHECKPOINT_DIR) or entry in ("export", "stopped.json", CONTINUATION_FILE):
+            path = os.path.join(work_dir, entry)
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+    os.makedirs(work_dir, exist_ok=True)
+
+
+def resume_in(work_dir: str, staged: str) -> str:
+    """Move a staged copy of `last-checkpoint/` (`staged_checkpoint`) into the work folder as the checkpoint the
+    chunk resumes (`checkpoint-<its step>`); returns its path."""
+    resume = os.path.join(work_dir, f"{PREFIX_CHECKPOINT_DIR}-{checkpoint_step(staged)}")
+    os.rename(staged, resume)
+    return resume
+
+
+def trained_checkpoint(what: str, work_dir: str, status: int, start_step: int) -> str:
+    """The newest checkpoint a chunk (or branch) that started at `start_step` left in `work_dir`; a `RuntimeError` if
+    the run failed (`status` neither 0 nor 75, and no stop record) or saved no checkpoint past its start."""
+    newest = latest_complete_checkpoint(work_dir)
+    if status not in (0, EXIT_STOPPED) and read_stopped(work_dir) is None:
+        raise RuntimeError(f"{what} failed (exit status {status}); the release and its last-checkpoint/ are "
+                           "unchanged")  # fmt: skip
+    if newest is None or checkpoint_step(newest) <= start_step:
+        raise RuntimeError(f"{what} saved no checkpoint past step {start_step} (a time box shorter than a step?); "
+                           "the release and its last-checkpoint/ are unchanged")  # fmt: skip
+    return newest
 
 
 def run_chunk(command: list[str], **run_kwargs) -> int:

@@ -23,7 +23,6 @@ import shutil
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .atomic import clean_leftovers
-from .checkpoints import latest_complete_checkpoint
 from .continuation import (
     CONTINUATION_FILE,
     LAST_CHECKPOINT,
@@ -31,18 +30,21 @@ from .continuation import (
     _git_commit,
     checkpoint_step,
     chunk_record,
+    clear_work_dir,
     evaluation_history,
+    metric_split,
     read_json,
     read_line,
     release_lock,
     release_metric,
+    resume_in,
     run_chunk,
     staged_checkpoint,
+    trained_checkpoint,
     training_clock,
     write_release,
 )
 from .errors import UsageError
-from .preemption import EXIT_STOPPED, read_stopped
 
 
 logger = logging.getLogger(__name__)
@@ -124,14 +126,8 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
     try:
         start = checkpoint_step(staged)
         arguments = cooldown_arguments(values, start, steps, decay_type)
-        for entry in os.listdir(work_dir) if os.path.isdir(work_dir) else ():  # a branch before this one
-            if entry.startswith(PREFIX_CHECKPOINT_DIR) or entry in ("export", "stopped.json"):
-                path = os.path.join(work_dir, entry)
-                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
-        os.makedirs(work_dir, exist_ok=True)
-        resume = os.path.join(work_dir, f"{PREFIX_CHECKPOINT_DIR}-{start}")
-        os.rename(staged, resume)
-        staged = None
+        clear_work_dir(work_dir)  # a branch before this one
+        resume, staged = resume_in(work_dir, staged), None
     finally:
         if staged:
             shutil.rmtree(staged, ignore_errors=True)
@@ -141,19 +137,13 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
     branch_command = command + arguments + limits + ["--resume_from_checkpoint", resume]
     logger.info("%s: cooldown branch from step %d, %d steps: %s", name, start, steps, " ".join(branch_command))
     status = run_chunk(branch_command, **run_kwargs)
-    newest = latest_complete_checkpoint(work_dir)
-    if status not in (0, EXIT_STOPPED) and read_stopped(work_dir) is None:
-        raise RuntimeError(f"{name}: the cooldown branch failed (exit status {status}); the release and its "
-                           f"{LAST_CHECKPOINT}/ are unchanged")  # fmt: skip
-    if newest is None or checkpoint_step(newest) <= start:
-        raise RuntimeError(f"{name}: the cooldown branch saved no checkpoint past step {start}; the release and its "
-                           f"{LAST_CHECKPOINT}/ are unchanged")  # fmt: skip
+    newest = trained_checkpoint(f"{name}: the cooldown branch", work_dir, status, start)
 
     state = read_json(os.path.join(newest, "trainer_state.json"))
     record = chunk_record(work_dir, newest, start, start_seconds, line["recipe"]["total_batch"], commit)
     record.update(decay_steps=steps, decay_type=decay_type)
     metric = values.get("metric_for_best_model", "ood_valid_accuracy")
-    split = metric.removeprefix("eval_").removesuffix("_accuracy")
+    split = metric_split(metric)
     # the branch's evaluations whose checkpoint is kept (Trainer keeps the best it knows, which may be the line's:
     # any branch checkpoint better than the release is still there, as the release is at least the line's best)
     kept = [e for e in evaluation_history(state) if start < e["step"] and split in e
@@ -184,7 +174,7 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
         "released": released,
         "metric": metric,
         "branch_best": best[split]["accuracy"] if best else None,
-        "release_value": release_metric(release_dir, metric),
+        "release_value": best[split]["accuracy"] if released else current,
     }
 
 
