@@ -327,6 +327,31 @@ def test_a_command_without_the_release_waits_for_the_data_step_at_its_end(tmp_pa
     assert ready.exists(), "the data is kept for the next command on the machine, not cut off by the session's end"
 
 
+def test_a_hung_data_step_is_stopped_so_that_the_release_trains_in_its_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    models, release_started = tmp_path / "models", tmp_path / "release-started"
+    write_release(models, "listops", 0.2)
+    when = f"import time; open({str(release_started)!r}, 'w').write(str(time.monotonic()))"
+    fakes = {
+        "data": lambda argv: [sys.executable, "-c", "import time; time.sleep(600)"],  # (a blocking pyarrow/fsspec)
+        "tests": lambda argv: [sys.executable, "-c", "pass"],
+        "release": lambda argv: [sys.executable, "-c", when],
+    }
+    args = session_args(tmp_path, ["install", "data", "tests", "release"], minutes=0.5, task="listops", dry_run=True,
+                        release_args=f"--models_dir {models}")  # fmt: skip
+    budget = session.Budget(args.minutes * 60)
+    record = session.run_session(args, fakes)
+    steps = {step["name"]: step for step in record["steps"]}
+    assert steps["release"]["status"] == "passed", f"the release trained in the time left: {steps}"
+    cap = session.DATA_WAIT_SHARE * (budget.seconds - budget.reserve)  # the time left only shrinks
+    waited = float(release_started.read_text()) - budget.started
+    assert waited <= cap + 5, f"the release started {waited:.1f} s in, the wait is at most {cap:.1f} s: {steps}"
+    data = steps["data"]
+    assert data["status"] == "timed out" and "so that the release trains" in data.get("stopped", ""), (
+        f"the record says the data step was stopped and why: {data}"
+    )
+
+
 def test_a_benchmark_contender_that_fails_to_compile_leaves_the_others_measured_and_saved(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     bench = load_script("benchmarks/gpu.py")

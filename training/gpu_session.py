@@ -11,7 +11,10 @@ On a fresh CUDA machine with no network and the image's python (no virtualenv), 
    preset the release trains (`release_preset`) generates and tokenizes the release's data into `--datasets_cache`
    (`HF_DATASETS_CACHE` of this step and the release, under `outputs/`: kept between commands), so that the release,
    which waits for it, reads it from there (ListOps' 1M training rows take minutes of one core); a command without
-   the release waits for it at its end, for the next command on the machine;
+   the release waits for it at its end, for the next command on the machine. Either waits at most `DATA_WAIT_SHARE`
+   of the time left, then stops it (its note says so): a hung data step does not take the release's time, and the
+   release makes the data it did not finish itself (a partial cache file is never read: `datasets` renames each into
+   place once complete);
 3. `tests`: the CUDA tests and the Triton kernels' tests (`pytest -m "gpu or triton"`, what `make test-gpu` runs),
    kept as JUnit XML and as text (one line per test, so that a stopped run still says how far it got);
 4. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 200, 50, 512);
@@ -25,12 +28,13 @@ On a fresh CUDA machine with no network and the image's python (no virtualenv), 
 
 Each step has a time limit: its share (`SHARES`) of the time left, among the steps still to run, so that the time a
 step leaves unused goes to the later ones and the last step gets all that is left (`Budget`; `data`, beside them, all
-the time left when it starts); a step past it is stopped (SIGTERM to its process group, SIGKILL after a grace period)
-and a failed or stopped step does not stop the next. After every step the results are packed into OUT (`pack`),
-because the machines this runs on may hand back only at most 8 files of at most 16 MiB (64 MiB in all):
-`session.json` (each step's status, time and limit; the environment; what was packed), `session.tar.gz` (logs, test
-report, benchmark JSON) and `release-ndr-<task>.tar` with the released folder and its `last-checkpoint/` (split into
-`.part-NN` files of 16 MiB where larger: `cat release-*.tar.part-* | tar -x`).
+the time left when it starts, cut to `DATA_WAIT_SHARE` of the time left once the release is due); a step past it is
+stopped (SIGTERM to its process group, SIGKILL after a grace period) and a failed or stopped step does not stop the
+next. After every step the results are packed into OUT (`pack`), because the machines this runs on may hand back
+only at most 8 files of at most 16 MiB (64 MiB in all): `session.json` (each step's status, time and limit; the
+environment; what was packed), `session.tar.gz` (logs, test report, benchmark JSON) and `release-ndr-<task>.tar`
+with the released folder and its `last-checkpoint/` (split into `.part-NN` files of 16 MiB where larger:
+`cat release-*.tar.part-* | tar -x`).
 
 `--dry_run` (`make gpu-session NO_CUDA=1`) hides CUDA and runs the same steps, sized for the CPU: the CUDA tests of
 `tests/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
@@ -70,6 +74,12 @@ BACKGROUND = ("data",)
 # each other step's share of the time left among the steps still to run (all five: 10%, 30%, 10%, 20% of the budget,
 # the release the rest); the last step gets whatever is left
 SHARES = {"install": 0.1, "tests": 0.3, "attention": 0.1, "training_step": 0.2, "release": 0.3}
+# the release (or the end of a command without it) waits for a data step still running at most this share of the time
+# left, then stops it: by then the step has had the tests' and the benchmarks' time beside them, so one still running
+# is more likely hung (a blocking pyarrow/fsspec mismatch) than slow, and the release makes the data the step did not
+# finish itself, reading what it did finish (`datasets` renames a cache file into place only once it is complete);
+# waiting longer would take every second of it from the release's training, the session's one result that needs a GPU
+DATA_WAIT_SHARE = 0.25
 MIN_STEP_SECONDS = 5  # a step that would get less is skipped
 MIN_LIMIT_SECONDS = 60  # a step's share is at least this (where it is left): starting Python and torch takes seconds
 RELEASE_EVALUATION_SECONDS = 120  # kept from the release's training minutes for its evaluation and export
@@ -493,9 +503,21 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
         record["steps"].append(result)
         print(f"[session] {step.name}: {result['status']} ({result['seconds']:.0f} s)", flush=True)
 
+    def finish_background(then: str) -> None:
+        """Wait for the data step at most `DATA_WAIT_SHARE` of the time left, then stop it as any step past its limit
+        (`finish_step`), its note saying so and that `then`; keep its result."""
+        step, started = background
+        wait = DATA_WAIT_SHARE * max(0.0, budget.left())
+        started.limit = min(started.limit, time.monotonic() - started.started + wait)
+        result = finish(step, started)
+        if result["status"] == "timed out":
+            step.note["stopped"] = (f"still running after a wait of {wait:.0f} s ({DATA_WAIT_SHARE:.0%} of the time "
+                                    f"left): stopped, so that {then}")  # fmt: skip
+        keep(step, result)
+
     for index, step in enumerate(steps):
         if step.name == "release" and background:  # the release reads what the data step writes: wait for it
-            keep(background[0], finish(*background))
+            finish_background("the release trains; it makes the data the step did not finish itself")
             background = None
             save(record, work, out, release_dir, budget)
         shares_left = sum(SHARES.get(later.name, 0.0) for later in steps[index:])
@@ -522,7 +544,7 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
         if step is not steps[-1]:  # (the last step's results are packed once, below)
             save(record, work, out, release_dir, budget)
     if background:  # a command without the release: the data is kept for the next command on this machine
-        keep(background[0], finish(*background))
+        finish_background("the command ends; the next release makes the data the step did not finish itself")
     save(record, work, out, release_dir, budget)
     print(
         f"[session] {record['seconds']:.0f} s of {budget.seconds:.0f}; {out}: {', '.join(record['packed']['files'])}"
