@@ -83,6 +83,7 @@ from modeling_ndr.training.data import cache_files, check_encoded
 from modeling_ndr.training.export import EXPORT_FILES
 from modeling_ndr.training.locking import lock_output_dir
 from modeling_ndr.training.schedules import PonderWeightSchedule
+from modeling_ndr.training.stopping import StopAtAccuracy, parse_stop_at_accuracy
 
 
 logger = logging.getLogger("ndr.train")
@@ -148,6 +149,9 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     else:
         raw, label_names, eval_splits, texts = None, modeling_ndr.task_label_names(data_args.task), EVAL_SPLITS, None
     check_best_metric(training_args, list(eval_splits), given)
+    stop_at_accuracy = []  # --stop_at_accuracy SPLIT=ACCURACY: training ends at the first evaluation reaching it
+    if run_args.stop_at_accuracy:
+        stop_at_accuracy = [StopAtAccuracy(*parse_stop_at_accuracy(run_args.stop_at_accuracy, list(eval_splits)))]
 
     # ---- the model: new, or a checkpoint adapted to the data's words and labels
     set_seed(training_args.seed)
@@ -197,7 +201,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         compute_metrics=metrics_function(depth_accuracy),
         balance_depths=data_args.balance_depths,
         balance_operators=data_args.balance_operators,
-        callbacks=[time_box, *ponder_schedule(model.config, run_args)],
+        callbacks=[time_box, *ponder_schedule(model.config, run_args), *stop_at_accuracy],
     )
     total_batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
     logger.info(

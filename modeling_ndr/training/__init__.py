@@ -28,6 +28,8 @@ Modules, in the order `train.py` uses them:
   is free, released again when `ood_valid` improves (`continue_release`; `make release-continue`, `make gpu-release`)
 - `schedules`: `PonderWeightSchedule`, ACT's ponder weight warmed up once the task starts to be learned
   (`--ponder_warmup_loss`, `--ponder_warmup_steps`)
+- `stopping`: `StopAtAccuracy`, training ended at the first evaluation where a split reaches an accuracy
+  (`--stop_at_accuracy iid_test=0.95`; `compare.py --budget_steps`)
 - `official`: a checkpoint of the paper's official code as a hub-ready ndr folder (`convert_official_checkpoint`,
   used by `training/convert_official_checkpoint.py`)
 """

@@ -161,6 +161,14 @@ class RunArguments:
         default=None,
         metadata={"help": "Stop with a checkpoint (exit status 75) after this many optimizer steps in this process."},
     )
+    stop_at_accuracy: str | None = field(
+        default=None,
+        metadata={
+            "help": "SPLIT=ACCURACY (e.g. iid_test=0.95): end training at the first evaluation where SPLIT's "
+            "accuracy reaches ACCURACY, with a checkpoint of that step; the run then finishes as usual (evaluation, "
+            "export, exit 0)."
+        },
+    )
     export_dir: str | None = field(
         default=None, metadata={"help": "Hub-ready export folder (default: output_dir/export)."}
     )
