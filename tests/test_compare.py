@@ -2,6 +2,7 @@
 table, a plot, learning curves of the variants that did not fit, and with `--results_dir` as data."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -238,3 +239,164 @@ def test_the_committed_comparison_beside_the_paper_is_what_its_data_gives(tmp_pa
     assert json.loads(Path(beside_file).read_text()) == committed, "redraw: python -m modeling_ndr.training.comparison"
     page = (REPO / "docs" / "results" / "ctl-comparison.md").read_text()
     assert "<!-- table: compare_ctl_forward_paper.json -->" in page and "compare_ctl_forward_paper.png" in page
+
+
+# ---- past the recipe's steps (--budget_steps): a run that did not fit, continued
+# transformer's recipe cut to 4 steps of 32 (200 samples: an epoch is 7 steps, so continuations cross into the next),
+# evaluated and saved every 2 steps
+BUDGET_TINY = [*TINY, "--per_device_train_batch_size", "32", "--max_steps", "4"]
+
+
+def compare_main(compare, output_dir, *flags, extra=BUDGET_TINY):
+    compare.main(["--variants", "transformer", "--direction", "forward", "--nproc", "1", "--output_dir",
+                  str(output_dir), *flags, "--", *extra])  # fmt: skip
+
+
+def file_digests(folder: Path) -> dict:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*")
+            if p.is_file()}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def recipe_run(tmp_path_factory):
+    """transformer's (tiny) recipe run, finished at step 4 (below 0.95 on iid_test), and the same run trained for 10
+    steps at once (the continuation's reference)."""
+    compare, root = load_compare(), tmp_path_factory.mktemp("budget")
+    compare_main(compare, root / "runs")
+    compare_main(compare, root / "straight", extra=[*BUDGET_TINY, "--max_steps", "10"])
+    return root
+
+
+def recipe_copy(recipe_run, tmp_path) -> Path:
+    shutil.copytree(recipe_run / "runs", tmp_path / "runs")
+    return tmp_path / "runs"
+
+
+def load_weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def assert_same_weights(a: Path, b: Path, what: str):
+    import torch
+
+    first, second = load_weights(a), load_weights(b)
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first), what
+
+
+@pytest.fixture(scope="module")
+def continued(recipe_run, tmp_path_factory):
+    """The recipe run continued to 10 steps with --results_dir: (runs, results, recipe run's files before)."""
+    compare, root = load_compare(), tmp_path_factory.mktemp("continued")
+    runs = recipe_copy(recipe_run, root)
+    before = file_digests(runs / "transformer")
+    compare_main(compare, runs, "--budget_steps", "10", "--results_dir", str(root / "results"))
+    return runs, root / "results", before
+
+
+def test_budget_steps_continues_the_recipe_run_as_one_longer_run_and_leaves_it_untouched(recipe_run, continued):
+    runs, results, before = continued
+    assert file_digests(runs / "transformer") == before, "the recipe run and its results stay as they were"
+    record = json.loads((runs / "transformer.budget" / "budget_run.json").read_text())
+    assert str(runs / "transformer" / "checkpoint-4") in record["command"], "resumed from the recipe's last step"
+    same = "4 steps, then 6 more at a constant rate = 10 steps at once (data order, RNG states, optimizer)"
+    assert_same_weights(
+        runs / "transformer.budget" / "checkpoint-10" / "model.safetensors",
+        recipe_run / "straight" / "transformer" / "checkpoint-10" / "model.safetensors",
+        same,
+    )
+    budget = json.loads((results / "compare_ctl_forward_details.json").read_text())["transformer"]["budget"]
+    straight = json.loads((recipe_run / "straight" / "transformer" / "trainer_state.json").read_text())
+    reference = {
+        e["step"]: e["eval_iid_test_accuracy"] for e in straight["log_history"] if "eval_iid_test_accuracy" in e
+    }
+    assert budget["curve"]["eval_step"] == [6, 8, 10], "the continuation's evaluations, past the recipe's 4 steps"
+    assert budget["curve"]["iid_test"] == [reference[s] for s in (6, 8, 10)], "as the 10-step run evaluated them"
+    assert budget["curve"]["eval_samples"] == [192, 256, 320] and budget["curve"]["step"][0] == 5
+    assert (budget["recipe_steps"], budget["steps"], budget["samples"], budget["fits_at_step"]) == (4, 10, 320, None)
+    assert budget["training_seconds"] > budget["recipe_seconds"] > 0
+    assert "| transformer | 4 | 10 | not yet at step 10 (320 samples" in (runs / "comparison.md").read_text()
+
+
+def test_budget_steps_stops_at_the_first_evaluation_that_fits(recipe_run, tmp_path, monkeypatch):
+    from modeling_ndr.training import comparison
+
+    compare, runs = load_compare(), recipe_copy(recipe_run, tmp_path)
+    results_file = runs / "transformer" / "eval_results.json"
+    results = json.loads(results_file.read_text())
+    results["iid_test"]["accuracy"] = 0.0  # a recipe run that did not fit a threshold of 0.01
+    results_file.write_text(json.dumps(results))
+    for module in (compare, comparison):
+        monkeypatch.setattr(module, "FIT", 0.01)  # any evaluation with one right answer fits
+    compare_main(compare, runs, "--budget_steps", "10", "--results_dir", str(tmp_path / "results"))
+    budget = json.loads((tmp_path / "results" / "compare_ctl_forward_details.json").read_text())["transformer"][
+        "budget"
+    ]
+    fits = budget["fits_at_step"]
+    assert fits is not None and budget["steps"] == fits < 10, f"training ended at the evaluation that fits ({fits})"
+    assert all(a < 0.01 for s, a in zip(budget["curve"]["eval_step"], budget["curve"]["iid_test"]) if s < fits)
+    assert (runs / "transformer.budget" / "eval_results.json").is_file(), "then finished as a run does"
+    assert f"fits at step {fits} ({fits * 32} samples" in (runs / "comparison.md").read_text()
+
+
+def test_a_continuation_stopped_by_its_time_box_is_resumed_by_the_next_call(recipe_run, tmp_path, capsys):
+    compare, runs = load_compare(), recipe_copy(recipe_run, tmp_path)
+    # --max_chunk_steps stops it as the time box does (a checkpoint, exit 75), at a step we know
+    compare_main(compare, runs, "--budget_steps", "10", "--budget_minutes", "30", extra=[*BUDGET_TINY,
+                 "--max_chunk_steps", "3"])  # fmt: skip
+    assert "transformer: stopped at step 7 (max_chunk_steps)" in capsys.readouterr().out, "exit 75 is no failure"
+    record = json.loads((runs / "transformer.budget" / "budget_run.json").read_text())
+    minutes = float(record["command"][record["command"].index("--max_wall_minutes") + 1])
+    assert 0 < minutes <= 30, "the call's time box goes to train.py"
+    compare_main(compare, runs, "--budget_steps", "10")
+    assert "continuing transformer from step 7" in capsys.readouterr().out, "from the continuation's own checkpoint"
+    assert_same_weights(runs / "transformer.budget" / "checkpoint-10" / "model.safetensors",
+                        recipe_run / "straight" / "transformer" / "checkpoint-10" / "model.safetensors",
+                        "two calls = one run")  # fmt: skip
+
+
+@pytest.mark.parametrize("decays", ["flag", "logged"])
+def test_a_learning_rate_that_is_not_constant_is_refused_in_one_line(recipe_run, tmp_path, decays):
+    compare, runs = load_compare(), recipe_copy(recipe_run, tmp_path)
+    extra = [*BUDGET_TINY, "--lr_scheduler_type", "linear"] if decays == "flag" else BUDGET_TINY
+    if decays == "logged":  # a run trained with a decaying rate (the flags that would continue it say constant)
+        state_file = runs / "transformer" / "trainer_state.json"
+        state = json.loads(state_file.read_text())
+        for entry in state["log_history"]:
+            if "learning_rate" in entry:
+                entry["learning_rate"] *= 1 - entry["step"] / 4
+        state_file.write_text(json.dumps(state))
+    with pytest.raises(SystemExit) as refused:
+        compare_main(compare, runs, "--budget_steps", "10", extra=extra)
+    message = str(refused.value)
+    assert message.startswith("compare.py: error: --budget_steps: transformer") and "\n" not in message
+    assert ("lr_scheduler_type linear" if decays == "flag" else "learning rates from 0 to") in message
+    assert not (runs / "transformer.budget").exists(), "nothing trained"
+
+
+def test_the_budget_entry_survives_a_report_of_other_variants(continued, tmp_path):
+    compare = load_compare()
+    shutil.copytree(continued[0], tmp_path / "runs")
+    shutil.copytree(continued[1], tmp_path / "results")
+    details_file = tmp_path / "results" / "compare_ctl_forward_details.json"
+    budget = json.loads(details_file.read_text())["transformer"]["budget"]
+    shutil.rmtree(tmp_path / "runs")  # the committed record alone (another machine): ndr is trained beside it
+    compare.main(["--variants", "transformer,ndr", "--direction", "forward", "--nproc", "1", "--output_dir",
+                  str(tmp_path / "runs"), "--results_dir", str(tmp_path / "results"), "--", *BUDGET_TINY])  # fmt: skip
+    details = json.loads(details_file.read_text())
+    assert "budget" not in details["ndr"], "only a continued run has one"
+    assert details["transformer"]["budget"] == budget, "the record's continuation is kept"
+    assert "not yet at step 10" in (tmp_path / "runs" / "comparison.md").read_text()
+
+
+def test_stop_at_accuracy_is_one_line_before_anything_trains():
+    from modeling_ndr.training import UsageError
+    from modeling_ndr.training.stopping import parse_stop_at_accuracy
+
+    assert parse_stop_at_accuracy("iid_test=0.95", ["iid_test", "ood_test"]) == ("iid_test", 0.95)
+    for bad, why in (("iid_test", "SPLIT=ACCURACY"), ("iid_test=1.5", "in [0, 1]"), ("train=0.5", "not on 'train'")):
+        with pytest.raises(UsageError, match=re.escape(why)):
+            parse_stop_at_accuracy(bad, ["iid_test", "ood_test"])

@@ -16,6 +16,14 @@ current recipe and not run in OUTPUT_DIR is taken from the record (`recorded_run
 completed by training only the variants it lacks. Flags after `--` go to every `train.py` run and win over the
 recipes.
 
+`--budget_steps N` trains no recipe run: it measures the budget a variant below `FIT` on iid_test needs
+(`make compare-budget`). Each of `--budget_variants` (default: every one below `FIT`) has its finished run continued
+past its recipe's steps in `OUTPUT_DIR/NAME.budget/` (`continue_variant`; `OUTPUT_DIR/NAME/` is only read): from that
+run's last checkpoint with `--max_steps N`, which at a constant learning rate is the same run as one of N steps (a
+learning rate that is not constant is refused), until N steps, the first evaluation with iid_test >= `FIT`
+(`train.py --stop_at_accuracy`), or the end of `--budget_minutes` (a checkpoint and exit 75: the next call goes on
+from it). The details get a `budget` entry per continued variant (`budget_state`), which later comparisons keep.
+
 Written into OUTPUT_DIR, and rewritten after every variant (so a long comparison shows what it has so far):
 
 - `comparison.md`: accuracy per variant and split (with the step count it trained with, the paper's protocol, and
@@ -23,7 +31,8 @@ Written into OUTPUT_DIR, and rewritten after every variant (so a long comparison
   recipe and training time, and for ACT models the mean ponder steps per depth;
 - `comparison.png`: accuracy against depth, one line per variant, the training depths shaded;
 - `curves.png`: the learning curves (training loss, iid_test and ood_test accuracy per evaluation) of the variants
-  that did not fit the training distribution (iid_test below `FIT`), if any;
+  that did not fit the training distribution (iid_test below `FIT`), if any, with their continuations past the
+  recipe's steps (`--budget_steps`);
 - with `--results_dir DIR` also `DIR/compare_<task>[_<direction>].json` (`{variant: {split: accuracy}}`, plus
   `ood_test_as_loaded` and `deeper_as_loaded`, 11 and 12 functions, None where not measured), `.png`,
   `_details.json` (per depth, recipe, time, ponder steps, learning curves) and `_curves.png`; with `--image PATH` the
@@ -39,7 +48,15 @@ import sys
 import time
 
 import modeling_ndr
-from modeling_ndr.training import UsageError, config_values, flags_on_command_line, parse_arguments, read_variant
+from modeling_ndr.training import (
+    EXIT_STOPPED,
+    UsageError,
+    config_values,
+    flags_on_command_line,
+    latest_complete_checkpoint,
+    parse_arguments,
+    read_variant,
+)
 from modeling_ndr.training.comparison import (  # noqa: F401  (PAPER_VARIANTS, FIT: this script's public names too)
     FIT,
     PAPER_VARIANTS,
@@ -49,6 +66,7 @@ from modeling_ndr.training.comparison import (  # noqa: F401  (PAPER_VARIANTS, F
     results_name,
     write_outputs,
 )
+from modeling_ndr.training.preemption import read_stopped
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -127,6 +145,20 @@ def same_recipe(recorded: dict | None, wanted: dict) -> bool:
     return {**before, **recorded} == wanted
 
 
+def run_logged(command: list[str], env: dict, log_path: str, append: bool, every_minute) -> int:
+    """Run `command` with its output written into (`append`: added to) `log_path`, calling `every_minute(seconds)`
+    with the seconds it has run so far once a minute (so an interrupted comparison keeps the time spent); returns its
+    exit status."""
+    start = time.time()
+    with open(log_path, "a" if append else "w") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                return process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                every_minute(time.time() - start)
+
+
 def train_variant(args, variant: str, extra: list[str], found: dict, finished_only: bool = False) -> dict | None:
     """Train one variant (`found`: its `recipe`) unless it is done; returns its eval results, training time, recipe,
     learning curve and, for ACT models, its ponder steps (None with `--report_only` or `finished_only` where the
@@ -166,14 +198,8 @@ def train_variant(args, variant: str, extra: list[str], found: dict, finished_on
         write_record(seconds)
         print(f"[compare] {'resuming' if resume else 'training'} {variant}: {' '.join(command)}", flush=True)
         start = time.time()
-        with open(os.path.join(output_dir, "train.log"), "a" if resume else "w") as log:
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-            while True:  # the time spent is recorded every minute, so an interrupted run resumes with it
-                try:
-                    returncode = process.wait(timeout=60)
-                    break
-                except subprocess.TimeoutExpired:
-                    write_record(seconds + time.time() - start)
+        log = os.path.join(output_dir, "train.log")
+        returncode = run_logged(command, env, log, resume, lambda spent: write_record(seconds + spent))
         seconds += time.time() - start
         write_record(seconds, seconds=seconds)
         record = {"seconds": seconds}
@@ -192,6 +218,11 @@ def train_variant(args, variant: str, extra: list[str], found: dict, finished_on
     }
 
 
+def as_recorded(found: dict) -> dict:
+    """A `recipe` as the details record it: as JSON holds it, without the run's data."""
+    return {k: v for k, v in json.loads(json.dumps(found)).items() if k != "data"}
+
+
 def recorded_run(args, variant: str, found: dict) -> dict | None:
     """A variant's run as `--results_dir` records it (`compare_<task>[_<direction>].json` and `_details.json`), when
     the record has the variant's current recipe (`found`) and `OUTPUT_DIR/NAME/` holds no run of it: a comparison
@@ -207,8 +238,7 @@ def recorded_run(args, variant: str, found: dict) -> dict | None:
             details = json.load(f)[variant]
     except (OSError, KeyError, ValueError):
         return None
-    # the details leave the run's data out of the recipe
-    if not same_recipe(details.get("recipe"), {k: v for k, v in json.loads(json.dumps(found)).items() if k != "data"}):
+    if not same_recipe(details.get("recipe"), as_recorded(found)):
         return None
     print(f"[compare] {variant}: recorded in {base}.json with this recipe, not trained again", flush=True)
     return {
@@ -219,6 +249,164 @@ def recorded_run(args, variant: str, found: dict) -> dict | None:
         "curve": details["learning_curve"],
         "mean_steps": details["mean_ponder_steps"],
     }
+
+
+# ---- past the recipe's steps (--budget_steps): a variant that did not fit, its very run continued
+
+BUDGET = ".budget"  # OUTPUT_DIR/NAME.budget/: NAME's run continued past its recipe's steps
+BUDGET_RECORD = "budget_run.json"
+
+
+def read_json(path: str) -> dict | None:
+    """A JSON file's content, None if it is missing or cut short."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def newest_trainer_state(output_dir: str) -> dict | None:
+    """The trainer state of `output_dir` with the highest step: its `trainer_state.json` (a finished run) or a
+    checkpoint's (a run stopped by its time box, or one going on past where it finished before)."""
+    paths = [os.path.join(output_dir, "trainer_state.json")]
+    if os.path.isdir(output_dir):
+        paths += [os.path.join(output_dir, name, "trainer_state.json") for name in os.listdir(output_dir)]
+    states = [state for state in map(read_json, paths) if state and "global_step" in state]
+    return max(states, key=lambda state: state["global_step"], default=None)
+
+
+def budget_problem(args, variant: str, extra: list[str], run: dict | None) -> str | None:
+    """Why `variant`'s run cannot be continued to `--budget_steps`, or None: it must be a finished run of its recipe
+    in `OUTPUT_DIR/NAME/` (its checkpoints are not in a record), with a learning rate that stays constant (then
+    going on from its last checkpoint is the same run as one with more steps; a decaying schedule would be another
+    run), and `--budget_steps` must lie past its recipe's steps."""
+    output_dir = os.path.join(args.output_dir, variant)
+    if run is None or not os.path.isfile(os.path.join(output_dir, "eval_results.json")):
+        return f"{variant} has no finished run of its recipe in {output_dir} to continue (make compare trains it)"
+    if args.budget_steps <= run["recipe"]["steps"]:
+        return f"--budget_steps {args.budget_steps} is not past {variant}'s recipe ({run['recipe']['steps']} steps)"
+    scheduler = parse_arguments(train_flags(args, variant, output_dir) + extra)[3].lr_scheduler_type
+    scheduler = getattr(scheduler, "value", scheduler)
+    rates = {entry["learning_rate"] for entry in (newest_trainer_state(output_dir) or {}).get("log_history", [])
+             if "learning_rate" in entry}  # fmt: skip
+    if scheduler != "constant":
+        return (f"{variant} trains with lr_scheduler_type {scheduler}: continuing a learning rate that is not "
+                "constant is not the same run as a longer one")  # fmt: skip
+    if len(rates) > 1:
+        return (f"{variant}'s run logged learning rates from {min(rates):g} to {max(rates):g}: continuing a learning "
+                "rate that is not constant is not the same run as a longer one")  # fmt: skip
+    if latest_complete_checkpoint(output_dir) is None:
+        return f"{variant}: no complete checkpoint in {output_dir} to continue from"
+    return None
+
+
+def budget_state(args, variant: str, run: dict) -> dict | None:
+    """The `budget` entry of `variant` from `OUTPUT_DIR/NAME.budget/`, where its run (`run`, the recipe's) was
+    continued (None where it was not, or where the continuation is of another run):
+
+    `{"recipe_steps", "target_steps": --budget_steps of the last call, "steps": trained so far, "batch", "samples",
+    "recipe_seconds", "training_seconds": the recipe run's and the continuation's, "fits_at_step": the first
+    evaluation past the recipe's steps with iid_test >= FIT or None, "curve": the continuation's learning curve (as
+    `learning_curve`, evaluations past the recipe's steps, with "eval_samples")}`."""
+    directory = os.path.join(args.output_dir, variant + BUDGET)
+    record = read_json(os.path.join(directory, BUDGET_RECORD))
+    state = newest_trainer_state(directory)
+    if not record or state is None or not continues(record, run):
+        return None
+    recipe_steps, batch = record["recipe_steps"], run["recipe"]["batch"]
+    # the continuation's history holds the recipe run's too (from its checkpoint): only what came after
+    history = [entry for entry in state.get("log_history", []) if entry.get("step", 0) > recipe_steps]
+    curve = curve_of(history)
+    curve["eval_samples"] = [step * batch for step in curve["eval_step"]]
+    fits = next((s for s, a in zip(curve["eval_step"], curve["iid_test"]) if a is not None and a >= FIT), None)
+    return {
+        "recipe_steps": recipe_steps,
+        "target_steps": record["target_steps"],
+        "steps": state["global_step"],
+        "batch": batch,
+        "samples": state["global_step"] * batch,
+        "recipe_seconds": run["seconds"],
+        "training_seconds": (run["seconds"] or 0.0) + record["seconds"],
+        "fits_at_step": fits,
+        "curve": curve,
+    }
+
+
+def continues(record: dict, run: dict) -> bool:
+    """Whether a continuation's record (`BUDGET_RECORD`) continues `run`: the same recipe, and the same run of it
+    (its training time tells a run trained again with `--retrain` from the one continued)."""
+    recorded = {k: v for k, v in (record.get("recipe") or {}).items() if k != "data"}
+    return record.get("recipe_seconds") == run["seconds"] and same_recipe(recorded, as_recorded(run["recipe"]))
+
+
+def with_budget(args, variant: str, run: dict) -> dict:
+    """`run` with its `budget` entry, where its run was continued past its recipe's steps: from
+    `OUTPUT_DIR/NAME.budget/`, else as `--results_dir` records it for this run (so a report of other variants keeps
+    it)."""
+    budget = budget_state(args, variant, run)
+    if budget is None and args.results_dir:
+        base = os.path.join(args.results_dir, results_name(args.task, args.direction))
+        recorded = (read_json(base + "_details.json") or {}).get(variant) or {}
+        if recorded.get("budget") and continues({**recorded["budget"], "recipe": recorded.get("recipe")}, run):
+            budget = recorded["budget"]
+    return {**run, "budget": budget} if budget else run
+
+
+def continue_variant(args, variant: str, extra: list[str], run: dict, deadline: float | None) -> None:
+    """Continue `variant`'s finished run (`run`) in `OUTPUT_DIR/NAME.budget/` up to `--budget_steps`: from the
+    run's last checkpoint the first time, from the continuation's own afterwards, with `--max_steps` raised (at a
+    constant learning rate the same run as one with that many steps). It ends at `--budget_steps`, at the first
+    evaluation with iid_test >= FIT (`--stop_at_accuracy`), or at `deadline` (`time.monotonic()`; train.py's
+    `--max_wall_minutes`: a checkpoint and exit 75, which the next call resumes). The run in `OUTPUT_DIR/NAME/` is
+    only read."""
+    run_dir, directory = os.path.join(args.output_dir, variant), os.path.join(args.output_dir, variant + BUDGET)
+    record_file = os.path.join(directory, BUDGET_RECORD)
+    record = read_json(record_file)
+    if os.path.isdir(directory) and not (record and continues(record, run)):
+        shutil.rmtree(directory + ".previous", ignore_errors=True)
+        os.rename(directory, directory + ".previous")
+        print(f"[compare] {variant}: a continuation of another run moved to {directory}.previous", flush=True)
+        record = None
+    budget = budget_state(args, variant, run)
+    if budget and budget["fits_at_step"] is not None:
+        print(f"[compare] {variant}: fits at step {budget['fits_at_step']} already; nothing to continue", flush=True)
+        return
+    start_from = latest_complete_checkpoint(directory) or latest_complete_checkpoint(run_dir)
+    step = (read_json(os.path.join(start_from, "trainer_state.json")) or {}).get("global_step", 0)
+    if step >= args.budget_steps:
+        print(f"[compare] {variant}: at step {step} already (--budget_steps {args.budget_steps})", flush=True)
+        return
+    minutes = None if deadline is None else (deadline - time.monotonic()) / 60
+    if minutes is not None and minutes <= 0:
+        print(f"[compare] {variant}: no time left of --budget_minutes; not continued", flush=True)
+        return
+    flags = ["--max_steps", str(args.budget_steps), "--resume_from_checkpoint", start_from,
+             "--stop_at_accuracy", f"iid_test={FIT}"]  # fmt: skip
+    flags += [] if minutes is None else ["--max_wall_minutes", f"{minutes:g}"]
+    command, env = train_command(args, variant, directory, extra + flags)
+    os.makedirs(directory, exist_ok=True)
+    seconds = record["seconds"] if record else 0.0
+
+    def write_record(spent: float):
+        with open(record_file, "w") as f:
+            json.dump({"recipe": json.loads(json.dumps(run["recipe"])), "recipe_seconds": run["seconds"],
+                       "recipe_steps": run["recipe"]["steps"], "target_steps": args.budget_steps, "command": command,
+                       "seconds": spent}, f, indent=2)  # fmt: skip
+
+    write_record(seconds)
+    print(f"[compare] continuing {variant} from step {step}: {' '.join(command)}", flush=True)
+    start = time.time()
+    log = os.path.join(directory, "train.log")
+    returncode = run_logged(command, env, log, True, lambda spent: write_record(seconds + spent))
+    write_record(seconds + time.time() - start)
+    # a launcher (accelerate) exits 1 when its processes exit 75: the stop record tells a stop from a failure
+    if returncode == EXIT_STOPPED or (returncode != 0 and read_stopped(directory)):
+        stopped = read_stopped(directory) or {}
+        where = f"at step {stopped.get('step')} ({stopped.get('reason', 'exit 75')})"
+        print(f"[compare] {variant}: stopped {where}; the same command goes on from there", flush=True)
+    elif returncode != 0:
+        raise SystemExit(f"[compare] {variant}'s continuation failed (exit {returncode}); see {log}")
 
 
 def as_loaded(output_dir: str) -> dict:
@@ -243,7 +431,11 @@ def learning_curve(output_dir: str) -> dict:
     if not os.path.isfile(path):
         return {}
     with open(path) as f:
-        history = json.load(f).get("log_history", [])
+        return curve_of(json.load(f).get("log_history", []))
+
+
+def curve_of(history: list[dict]) -> dict:
+    """`learning_curve`'s dict from a Trainer `log_history`."""
     curve = {"step": [], "loss": [], "eval_step": [], **{split: [] for split in SPLITS}}
     evaluations = {}  # step -> {split: accuracy}: Trainer logs each evaluation split as an entry of its own
     for entry in history:
@@ -300,6 +492,33 @@ def ponder_steps(output_dir: str, data: dict) -> dict | None:
     return measured
 
 
+def continue_budgets(args, variants: list[str], runs: dict, extra: list[str], deadline: float | None) -> None:
+    """`--budget_steps`: every problem with the variants to continue first (one line, exit 2, nothing trained), then
+    each continued in turn (`continue_variant`) and the outputs written after each, with the runs finished so far."""
+    named = [v.strip() for v in (args.budget_variants or "").split(",") if v.strip()]
+    below = [v for v in variants if v in runs and runs[v]["results"]["iid_test"]["accuracy"] < FIT]
+    for variant in named:
+        if variant not in variants:
+            raise SystemExit(f"compare.py: error: --budget_variants: {variant} is not one of --variants")
+        if variant in runs and variant not in below:
+            print(f"[compare] {variant} fits with its recipe (iid_test >= {FIT}): nothing to continue", flush=True)
+    chosen = [v for v in named if v in below or v not in runs] if named else below
+    for variant in chosen:
+        if problem := budget_problem(args, variant, extra, runs.get(variant)):
+            raise SystemExit(f"compare.py: error: --budget_steps: {problem}")
+    if not chosen:
+        print(f"[compare] no variant below {FIT} on iid_test to continue", flush=True)
+    for variant in chosen:
+        continue_variant(args, variant, extra, runs[variant], deadline)
+        runs[variant] = with_budget(args, variant, runs[variant])
+        write_outputs(args, runs, extra, args.task)
+    if chosen:
+        print(
+            f"[compare] wrote {args.output_dir}/comparison.md and curves.png"
+            + (f", and {results_name(args.task, args.direction)}.* in {args.results_dir}" if args.results_dir else "")
+        )
+
+
 def main(argv: list[str] | None = None):
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -324,7 +543,28 @@ def main(argv: list[str] | None = None):
         "official code evaluates; 28 = twice that on CTL, where the read-out column's halting is not cut off)",
     )
     parser.add_argument("--image", help="also copy the accuracy-per-depth plot to this path")
+    parser.add_argument(
+        "--budget_steps",
+        type=int,
+        help="train no recipe run: continue the finished runs of --budget_variants that did not fit (iid_test below "
+        "FIT) past their recipe's steps, up to this many steps, in OUTPUT_DIR/NAME.budget/ (their learning rate "
+        "must be constant); each stops at the first evaluation that fits; a later call goes on where one stopped",
+    )
+    parser.add_argument(
+        "--budget_variants", help="with --budget_steps: comma-separated (default: those of --variants below FIT)"
+    )
+    parser.add_argument(
+        "--budget_minutes",
+        type=float,
+        help="with --budget_steps: the time box of this call; the continuation running when it runs out stops with "
+        "a checkpoint (train.py --max_wall_minutes), and the next call resumes it",
+    )
     args = parser.parse_args(argv)
+    deadline = None if args.budget_minutes is None else time.monotonic() + 60 * args.budget_minutes
+    if (args.budget_variants or args.budget_minutes is not None) and not args.budget_steps:
+        parser.error("--budget_variants and --budget_minutes go with --budget_steps")
+    if args.budget_steps and (args.retrain or args.report_only):
+        parser.error("--budget_steps trains no recipe run: it goes with neither --retrain nor --report_only")
     args.output_dir = args.output_dir or os.path.join(
         "outputs", f"compare_{args.preset}" + (f"_{args.direction}" if args.direction else "")
     )
@@ -340,7 +580,10 @@ def main(argv: list[str] | None = None):
     runs = {}
     for v in variants:
         if run := recorded_run(args, v, recipes[v]) or train_variant(args, v, extra, recipes[v], finished_only=True):
-            runs[v] = run
+            runs[v] = with_budget(args, v, run)
+    if args.budget_steps:
+        continue_budgets(args, variants, runs, extra, deadline)
+        return
     text = write_outputs(args, runs, extra, task) if runs else ""
     for variant in variants:
         if variant in runs:
@@ -348,7 +591,7 @@ def main(argv: list[str] | None = None):
         if (run := train_variant(args, variant, extra, recipes[variant])) is None:
             print(f"[compare] {variant}: not finished with its recipe, left out (--report_only)", flush=True)
             continue
-        runs[variant] = run
+        runs[variant] = with_budget(args, variant, run)
         text = write_outputs(args, runs, extra, task)
     if not runs:
         raise SystemExit("[compare] no variant is finished yet: nothing to write")

@@ -7,7 +7,9 @@ variants below `FIT` on iid_test) and, with `args.results_dir`, the same as data
 `_details.json`) and the paper's comparison redrawn from it (`_paper.json`, `_paper.png`: `write_paper_comparison`,
 which `python -m modeling_ndr.training.comparison FILE` runs on committed data).
 A run is the dict `training/compare.py` builds per variant: `{"results": {split: {"accuracy", "by_depth"}},
-"as_loaded": {...}, "seconds": s, "recipe": {column: value}, "curve": {...}, "mean_steps": {...} or None}`.
+"as_loaded": {...}, "seconds": s, "recipe": {column: value}, "curve": {...}, "mean_steps": {...} or None}`, and
+`"budget": {...}` where the run was continued past its recipe's steps (`compare.py --budget_steps`; `budget_state`
+there): a table of it in `comparison.md`, its curve in `curves.png`, the entry in `_details.json`.
 """
 
 import datetime
@@ -132,10 +134,33 @@ def write_markdown(path: str, runs: dict, args, extra: list[str], task: str) -> 
     unfit = [variant for variant, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT]
     if unfit:
         lines += ["", f"Below {FIT} on iid_test (learning curves in curves.png): " + ", ".join(unfit) + "."]
+    budgets = {variant: run["budget"] for variant, run in runs.items() if run.get("budget")}
+    if budgets:
+        lines += ["", "Past the recipe's steps (`compare.py --budget_steps`: the same run continued at its constant "
+                  "learning rate; time: the recipe run's and the continuation's; in curves.png):", ""]  # fmt: skip
+        rows = []
+        for variant, budget in budgets.items():
+            last = [budget["curve"][split][-1] if budget["curve"]["eval_step"] else None for split in SPLITS]
+            rows.append([variant, f"{budget['recipe_steps']:,}", f"{budget['steps']:,}", budget_cell(budget),
+                         *("–" if accuracy is None else f"{accuracy:.3f}" for accuracy in last)])  # fmt: skip
+        columns = ["variant", "recipe steps", "steps so far", f"iid_test >= {FIT}",
+                   *(f"{split} (last evaluation)" for split in SPLITS)]  # fmt: skip
+        lines.append(markdown_table(rows, columns))
     text = "\n".join(lines) + "\n"
     with open(path, "w") as f:
         f.write(text)
     return text
+
+
+def budget_cell(budget: dict) -> str:
+    """A continuation past the recipe's steps in a phrase: "fits at step S (X samples, Y min)" (the first evaluation
+    with iid_test >= FIT; the run ended there), else "not yet at step S (X samples, Y min)"."""
+    if budget["fits_at_step"] is not None:
+        step = budget["fits_at_step"]
+        return f"fits at step {step:,} ({step * budget['batch']:,} samples, {minutes(budget['training_seconds'])})"
+    return (
+        f"not yet at step {budget['steps']:,} ({budget['samples']:,} samples, {minutes(budget['training_seconds'])})"
+    )
 
 
 def beside_the_paper(table: dict, task: str, direction: str | None) -> dict:
@@ -231,10 +256,10 @@ def write_plot(path: str, runs: dict, task: str, title: str):
 
 def write_curves(path: str, runs: dict, title: str) -> bool:
     """Learning curves of the variants below `FIT` on iid_test: training loss, and iid_test / ood_test accuracy at
-    each evaluation. Returns whether there was any (no file otherwise; a stale one is removed)."""
-    unfit = {
-        v: run["curve"] for v, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT and run["curve"]
-    }
+    each evaluation; where a run was continued past its recipe's steps (its `budget`), the continuation in lighter
+    lines with crosses, the recipe's last step dashed and the evaluation that fits starred. Returns whether there was
+    any (no file otherwise; a stale one is removed)."""
+    unfit = {v: run for v, run in runs.items() if run["results"]["iid_test"]["accuracy"] < FIT and run["curve"]}
     if not unfit:
         if os.path.isfile(path):
             os.remove(path)
@@ -245,14 +270,31 @@ def write_curves(path: str, runs: dict, title: str) -> bool:
     import matplotlib.pyplot as plt
 
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    for variant, curve in unfit.items():
+    for variant, run in unfit.items():
+        curve, budget = run["curve"], run.get("budget")
         (line,) = loss_axis.plot(curve["step"], curve["loss"], linewidth=1, label=variant)
+        color = line.get_color()
         for split, style in (("iid_test", "-"), ("ood_test", ":")):
             points = [(s, a) for s, a in zip(curve["eval_step"], curve[split]) if a is not None]
             if points:
-                accuracy_axis.plot(
-                    *zip(*points), style, marker=".", color=line.get_color(), label=f"{variant} {split}"
-                )
+                accuracy_axis.plot(*zip(*points), style, marker=".", color=color, label=f"{variant} {split}")
+        if not budget:
+            continue
+        more = budget["curve"]  # drawn on from the recipe's last point, so the lines join
+        loss_axis.plot(curve["step"][-1:] + more["step"], curve["loss"][-1:] + more["loss"], linewidth=1,
+                       color=color, alpha=0.5, label=f"{variant}, continued")  # fmt: skip
+        for split, style in (("iid_test", "-"), ("ood_test", ":")):
+            steps, accuracies = curve["eval_step"][-1:] + more["eval_step"], curve[split][-1:] + more[split]
+            points = [(s, a) for s, a in zip(steps, accuracies) if a is not None]
+            if points:
+                accuracy_axis.plot(*zip(*points), style, marker="x", color=color, alpha=0.5,
+                                   label=f"{variant} {split}, continued")  # fmt: skip
+        for axis in (loss_axis, accuracy_axis):
+            axis.axvline(budget["recipe_steps"], color=color, linestyle="--", linewidth=0.8)
+        if budget["fits_at_step"] is not None:
+            index = more["eval_step"].index(budget["fits_at_step"])
+            accuracy_axis.plot([budget["fits_at_step"]], [more["iid_test"][index]], "*", markersize=12, color=color,
+                               label=f"{variant} fits (iid_test >= {FIT})")  # fmt: skip
     loss_axis.set_xlabel("step")
     loss_axis.set_ylabel("training loss")
     loss_axis.legend(fontsize=8)
@@ -310,6 +352,7 @@ def write_outputs(args, runs: dict, extra: list[str], task: str) -> str:
                 "recipe": {k: v for k, v in run["recipe"].items() if k != "data"},
                 "mean_ponder_steps": run["mean_steps"],
                 "learning_curve": run["curve"],
+                **({"budget": run["budget"]} if run.get("budget") else {}),
             }
             for variant, run in runs.items()
         }
