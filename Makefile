@@ -12,7 +12,7 @@ DEMO_DIR ?= outputs/ctl_$(DEMO_DIRECTION)_cpu
 NPROC ?= 2
 DEMO_ARGS ?=
 
-.PHONY: help compare release push-release setup demo demo-backward demo-backward-long demo-forward-long \
+.PHONY: help compare compare-budget release push-release setup demo demo-backward demo-backward-long demo-forward-long \
 	demo-backward-bos demo-backward-first example-finetune test test-slow test-gpu test-image-versions lint format \
 	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown
 
@@ -76,6 +76,16 @@ COMPARE_VARIANTS ?= ndr,transformer,absrel_gate,rel_gate,ndr_act,rel,geom_att,tr
 compare: $(STAMP) ## the paper's variants on CTL, each with its own recipe (~5 hours; docs/results/compare_ctl_*)
 	$(BIN)/python training/compare.py --preset ctl_cpu --direction $(COMPARE_DIRECTION) --variants $(COMPARE_VARIANTS) \
 	    --results_dir docs/results --image hub_cards/images/ctl_$(COMPARE_DIRECTION)_comparison.png
+# the budget a variant below 0.95 on iid_test needs (docs/results/ctl-comparison.md): its finished compare run continued
+# past its recipe's steps, at its constant learning rate, in outputs/compare_ctl_cpu_<direction>/NAME.budget/, up to
+# STEPS steps, until the first evaluation that fits, or for MINUTES (the whole call; default 60); the next call goes on
+# where this one stopped. VARIANTS: comma-separated (default: every variant below 0.95); trains no recipe run.
+compare-budget: $(STAMP) ## continue VARIANTS below 0.95 on iid_test past their recipe, to STEPS, for MINUTES
+	@case "$(origin STEPS)" in "command line"|environment*) ;; *) \
+	    echo "make compare-budget: give STEPS=N, the steps to measure up to (e.g. STEPS=150000)" >&2; exit 2;; esac
+	$(BIN)/python training/compare.py --preset ctl_cpu --direction $(COMPARE_DIRECTION) --variants $(COMPARE_VARIANTS) \
+	    --budget_steps $(STEPS) --budget_minutes $(MINUTES) $(if $(VARIANTS),--budget_variants $(VARIANTS)) \
+	    --results_dir docs/results
 
 # what CI runs (.ci/run): the linter, then the test suite
 test: lint ## the linter, then the test suite (what CI runs)
