@@ -243,6 +243,41 @@ def test_two_process_cpu_run_logs_the_same_loss_scale(tmp_path):
     assert json.loads((tmp_path / "two" / "eval_results.json").read_text())["ood_test"]["accuracy"] >= 0
 
 
+def test_other_processes_leave_only_after_the_main_process_has_exported(tmp_path):
+    # The main process's export is slowed down; every process notes when it leaves. A process that left while the
+    # main one still exported could abort in the process group's teardown and have the launcher kill the main
+    # process before the export is written (seen 2026-11-26 in make compare: a finished run without its export).
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    wrapper = tmp_path / "slow_export_train.py"
+    wrapper.write_text(textwrap.dedent(f"""
+        import atexit, os, runpy, sys, time
+        import modeling_ndr.training as training
+        rank = os.environ.get("RANK", "0")
+        atexit.register(lambda: open({str(marks)!r} + f"/left-{{rank}}", "w").write(repr(time.time())))
+        export_model = training.export_model
+        def slow_export(*args, **kwargs):
+            time.sleep(5)
+            export_model(*args, **kwargs)
+            open({str(marks)!r} + "/exported", "w").write(repr(time.time()))
+        training.export_model = slow_export
+        sys.argv[0] = {str(TRAIN)!r}
+        runpy.run_path({str(TRAIN)!r}, run_name="__main__")
+    """))  # fmt: skip
+    args = TINY + ["--max_steps", "2", "--eval_steps", "2", "--save_steps", "2", "--per_device_train_batch_size", "8",
+                   "--use_cpu", "--ddp_find_unused_parameters", "false",
+                   "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519"]
+    command = torchrun + [str(wrapper)] + args
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    exported = float((marks / "exported").read_text())
+    left = float((marks / "left-1").read_text())
+    assert left >= exported, f"process 1 left {exported - left:.1f} s before the main process's export was written"
+    assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
+
+
 def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
     task_args, model_args, _, training_args, preset = training.parse_arguments(
         ["--preset", "ctl_cpu", "--learning_rate", "0.5", "--output_dir", str(tmp_path)]

@@ -264,6 +264,12 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         # the export with ndr's card, once (Trainer would push output_dir and its own card; see NDRTrainer)
         trainer.push_to_hub(commit_message="Upload the NDR export (training/train.py)", export_dir=export_dir)
         print(f"pushed {os.path.abspath(export_dir)} to https://huggingface.co/{trainer.hub_model_id}")
+    # the other processes wait for the main one's export (and push), then all leave the process group together: a
+    # process that exits while the main one still exports can abort in the process group's teardown ("terminate
+    # called without an active exception"), and the launcher then kills the main process before its export is written
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
     return results
 
 
