@@ -336,7 +336,7 @@ def budget_state(args, variant: str, run: dict) -> dict | None:
 def continues(record: dict, run: dict) -> bool:
     """Whether a continuation's record (`BUDGET_RECORD`) continues `run`: the same recipe, and the same run of it
     (its training time tells a run trained again with `--retrain` from the one continued)."""
-    recorded = {k: v for k, v in (record.get("recipe") or {}).items() if k != "data"}
+    recorded = as_recorded(record.get("recipe") or {})
     return record.get("recipe_seconds") == run["seconds"] and same_recipe(recorded, as_recorded(run["recipe"]))
 
 
@@ -492,6 +492,11 @@ def ponder_steps(output_dir: str, data: dict) -> dict | None:
     return measured
 
 
+def written_to_results(args) -> str:
+    """The end of the closing line: what went into `--results_dir`, if given."""
+    return f", and {results_name(args.task, args.direction)}.* in {args.results_dir}" if args.results_dir else ""
+
+
 def continue_budgets(args, variants: list[str], runs: dict, extra: list[str], deadline: float | None) -> None:
     """`--budget_steps`: every problem with the variants to continue first (one line, exit 2, nothing trained), then
     each continued in turn (`continue_variant`) and the outputs written after each, with the runs finished so far."""
@@ -513,10 +518,7 @@ def continue_budgets(args, variants: list[str], runs: dict, extra: list[str], de
         runs[variant] = with_budget(args, variant, runs[variant])
         write_outputs(args, runs, extra, args.task)
     if chosen:
-        print(
-            f"[compare] wrote {args.output_dir}/comparison.md and curves.png"
-            + (f", and {results_name(args.task, args.direction)}.* in {args.results_dir}" if args.results_dir else "")
-        )
+        print(f"[compare] wrote {args.output_dir}/comparison.md and curves.png{written_to_results(args)}")
 
 
 def main(argv: list[str] | None = None):
@@ -596,8 +598,7 @@ def main(argv: list[str] | None = None):
     if not runs:
         raise SystemExit("[compare] no variant is finished yet: nothing to write")
     print("\n" + text)
-    written = f", and {results_name(task, args.direction)}.* in {args.results_dir}" if args.results_dir else ""
-    print(f"[compare] wrote {args.output_dir}/comparison.md and comparison.png{written}")
+    print(f"[compare] wrote {args.output_dir}/comparison.md and comparison.png{written_to_results(args)}")
 
 
 if __name__ == "__main__":

@@ -268,8 +268,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     # process that exits while the main one still exports can abort in the process group's teardown ("terminate
     # called without an active exception"), and the launcher then kills the main process before its export is written
     trainer.accelerator.wait_for_everyone()
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    trainer.accelerator.end_training()  # (destroys the process group)
     return results
 
 
