@@ -121,6 +121,9 @@ def test_a_comparison_recorded_in_results_dir_is_completed_by_training_only_what
     assert list(table) == ["transformer", "ndr"] and table["ndr"] == recorded["ndr"]
     now = json.loads((results / "compare_ctl_forward_details.json").read_text())
     assert now["ndr"] == details["ndr"], "per depth, recipe, time, curves: as recorded"
+    alone = compare("transformer")  # a comparison of one variant adds to the record instead of shrinking it
+    assert "training transformer" not in alone and "kept beside --variants, with their recipes: ndr" in alone
+    assert json.loads((results / "compare_ctl_forward.json").read_text()) == table, "ndr kept, as recorded"
     shutil.rmtree(runs / "transformer")
     changed = compare("transformer", "--learning_rate", "0.01")
     assert "training transformer" in changed, "a record with another recipe is not used"

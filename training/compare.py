@@ -13,8 +13,9 @@ bf16). The ACT variants evaluate with at most the steps they train with, as the 
 again, one interrupted is resumed from its last checkpoint, and one trained with another recipe is moved aside and
 trained afresh (`--retrain` forces that; `train_variant`). With `--results_dir`, a variant recorded there with its
 current recipe and not run in OUTPUT_DIR is taken from the record (`recorded_run`): a committed comparison is
-completed by training only the variants it lacks. Flags after `--` go to every `train.py` run and win over the
-recipes.
+completed by training only the variants it lacks. The outputs hold every variant finished or recorded with its
+current recipe, named in `--variants` or not (`kept_runs`): `--variants` says what to train. Flags after `--` go to
+every `train.py` run and win over the recipes.
 
 `--budget_steps N` trains no recipe run: it measures the budget a variant below `FIT` on iid_test needs
 (`make compare-budget`). Each of `--budget_variants` (default: every one below `FIT`) has its finished run continued
@@ -221,6 +222,30 @@ def train_variant(args, variant: str, extra: list[str], found: dict, finished_on
 def as_recorded(found: dict) -> dict:
     """A `recipe` as the details record it: as JSON holds it, without the run's data."""
     return {k: v for k, v in json.loads(json.dumps(found)).items() if k != "data"}
+
+
+def kept_runs(args, named: list[str], extra: list[str]) -> dict:
+    """The runs of the variants not in `--variants` that the comparison already holds with their current recipe,
+    finished in OUTPUT_DIR or recorded in `--results_dir` (the paper's variants and any other the record names), so
+    that a comparison of some variants adds to its outputs instead of rewriting them with those variants only.
+    Nothing is trained for them, and `--retrain` (which is about the named variants) leaves them as they are."""
+    others = list(PAPER_VARIANTS)
+    if args.results_dir:
+        others += list(
+            read_json(os.path.join(args.results_dir, results_name(args.task, args.direction)) + ".json") or {}
+        )
+    keep_args = argparse.Namespace(**{**vars(args), "retrain": False})
+    runs = {}
+    for variant in dict.fromkeys(v for v in others if v not in named):
+        try:
+            found = recipe(args, variant, extra)
+        except (UsageError, OSError):  # a recorded variant whose recipe file is gone: nothing to compare it with
+            continue
+        if run := recorded_run(keep_args, variant, found) or train_variant(keep_args, variant, extra, found, True):
+            runs[variant] = with_budget(args, variant, run)
+    if runs:
+        print(f"[compare] kept beside --variants, with their recipes: {', '.join(runs)}", flush=True)
+    return runs
 
 
 def recorded_run(args, variant: str, found: dict) -> dict | None:
@@ -583,6 +608,7 @@ def main(argv: list[str] | None = None):
     for v in variants:
         if run := recorded_run(args, v, recipes[v]) or train_variant(args, v, extra, recipes[v], finished_only=True):
             runs[v] = with_budget(args, v, run)
+    runs.update(kept_runs(args, variants, extra))
     if args.budget_steps:
         continue_budgets(args, variants, runs, extra, deadline)
         return
