@@ -330,6 +330,15 @@ def test_make_help_lists_every_target_with_a_description():
     assert targets <= described, f"targets without a `## ` description: {sorted(targets - described)}"
 
 
+def test_help_lists_every_flag_and_exits_0(capsys):
+    # argparse %-formats every help text: a bare % in one (e.g. "9% of") crashed --help itself
+    with pytest.raises(SystemExit) as done:
+        training.parse_arguments(["--help"])
+    shown = capsys.readouterr().out
+    assert done.value.code == 0, "--help succeeds"
+    assert all(flag in shown for flag in ("--balance_operators", "--stop_at_accuracy", "--max_wall_minutes")), shown
+
+
 def test_bad_presets_are_refused_with_their_names(tmp_path):
     with pytest.raises(ValueError, match="no_such_preset"):
         training.parse_arguments(["--preset", "no_such_preset"])
