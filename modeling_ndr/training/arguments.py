@@ -48,7 +48,8 @@ class DataArguments:
         metadata={
             "help": "Within each depth, draw every operator (the first token: ListOps' [MIN, [MAX, [MED, [SM) equally "
             "often, with replacement; depths keep their share (or, with --balance_depths, are drawn equally often). "
-            "In ListOps' train split 1.9 in 100 samples are [SM lists at depth 1. Needs depths (your own data: --depth_column)."
+            "In ListOps' train split 1.9 in 100 samples are [SM lists at depth 1. Needs depths (your own data: "
+            "--depth_column)."
         },
     )
     dataset_name: str | None = field(
