@@ -178,13 +178,14 @@ def test_a_record_from_before_a_recipe_column_existed_is_read_with_the_value_it_
 
     def recorded_before_the_columns(recipe):
         record = json.loads(json.dumps(recipe))
-        for column in ("init", "emb. init", "emb. drop", "ponder cost", "precision"):
+        for column in ("init", "emb. init", "emb. drop", "ponder cost", "precision", "seed"):
             del record[column]
         return record
 
     ndr = {**json.loads(json.dumps(compare.recipe(args, "ndr", []))), "precision": "fp32"}  # a CPU without bf16
     assert compare.same_recipe(recorded_before_the_columns(ndr), ndr), "the release's init, no embedding dropout"
     assert not compare.same_recipe(recorded_before_the_columns(ndr), {**ndr, "precision": "bf16"}), "bf16: again"
+    assert ndr["seed"] == 42 and not compare.same_recipe(recorded_before_the_columns(ndr), {**ndr, "seed": 1})
     for variant in ("transformer", "transformer_act"):
         wanted = json.loads(json.dumps(compare.recipe(args, variant, [])))
         assert not compare.same_recipe(recorded_before_the_columns(wanted), wanted), f"{variant}: trained again"

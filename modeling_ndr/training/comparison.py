@@ -37,7 +37,7 @@ RECIPE_COLUMNS = (
     ("d", "hidden_size"), ("d_ff", "intermediate_size"), ("dropout", "hidden_dropout_prob"),
     ("att. drop", "attention_dropout"), ("emb. drop", "embedding_dropout"), ("gate drop", "gate_dropout"),
     ("init", "init_style"), ("emb. init", "embedding_init"), ("ponder", "act_ponder_weight"),
-    ("ponder cost", "act_ponder_cost"), ("precision", "precision"),
+    ("ponder cost", "act_ponder_cost"), ("precision", "precision"), ("seed", "seed"),
 )  # fmt: skip
 # The paper's CTL results (Csordas et al. 2022, Table 1: mean of 5 seeds, its GPU recipe) per direction: (iid, the
 # "longer" test split of depths 9-10, which is our ood_test). Its ACT models are in its appendix, and ndr_metric and
@@ -50,7 +50,7 @@ PAPER_CTL = {
 }  # fmt: skip
 # The value each column had in the runs recorded before it existed (a record without it is read with this value;
 # columns not named here were None then). "ponder cost" was "ndr" for the ACT variants (those with a ponder weight).
-RECORDED_BEFORE = {"emb. drop": 0.0, "init": "ndr", "emb. init": "normal", "precision": "fp32"}
+RECORDED_BEFORE = {"emb. drop": 0.0, "init": "ndr", "emb. init": "normal", "precision": "fp32", "seed": 42}
 
 
 def recipe_cell(value) -> str:
