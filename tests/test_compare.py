@@ -129,6 +129,34 @@ def test_a_comparison_recorded_in_results_dir_is_completed_by_training_only_what
     assert "training transformer" in changed, "a record with another recipe is not used"
 
 
+def test_the_outputs_keep_the_variants_not_named_and_name_those_they_cannot_keep(tmp_path, capsys):
+    compare = load_compare()
+    args = compare.argparse.Namespace(preset="ctl_cpu", direction="forward", nproc=2, task="ctl", retrain=True,
+                                      report_only=False, output_dir=str(tmp_path / "runs"),
+                                      results_dir=str(tmp_path / "results"))  # fmt: skip
+
+    def recorded(variant, **changed):
+        recipe = {**compare.as_recorded(compare.recipe(args, variant, [])), **changed}
+        return {"by_depth": {split: {"1": 0.5} for split in compare.SPLITS}, "training_seconds": 60.0,
+                "as_loaded": {"ood_test": None, "deeper": None}, "recipe": recipe, "mean_ponder_steps": None,
+                "learning_curve": {}}  # fmt: skip
+
+    accuracy = {**dict.fromkeys(compare.SPLITS, 0.5), "ood_test_as_loaded": None, "deeper_as_loaded": None}
+    details = {"ndr": recorded("ndr"), "rel_gate": recorded("rel_gate"), "geom_att": recorded("geom_att", lr=0.5)}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "compare_ctl_forward.json").write_text(
+        json.dumps(dict.fromkeys([*details, "gone"], accuracy))
+    )
+    (tmp_path / "results" / "compare_ctl_forward_details.json").write_text(json.dumps(details))
+    (tmp_path / "runs" / "ndr").mkdir(parents=True)  # an unfinished run of ndr here: its record is kept all the same
+
+    kept = compare.kept_runs(args, ["rel_gate"], [])
+    shown = capsys.readouterr().out
+    assert list(kept) == ["ndr"], "the named variant is trained, not kept; --retrain is about the named ones only"
+    assert kept["ndr"]["results"]["iid_test"]["accuracy"] == 0.5 and kept["ndr"]["seconds"] == 60.0, "as recorded"
+    assert "left out of the outputs: geom_att (recorded with another recipe); gone (" in shown, shown
+
+
 def test_each_variant_gets_its_own_recipe_for_ctl_cpu():
     compare = load_compare()
     args = compare.argparse.Namespace(preset="ctl_cpu", direction="forward", nproc=2, output_dir="outputs/x")

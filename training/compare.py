@@ -13,8 +13,9 @@ bf16). The ACT variants evaluate with at most the steps they train with, as the 
 again, one interrupted is resumed from its last checkpoint, and one trained with another recipe is moved aside and
 trained afresh (`--retrain` forces that; `train_variant`). With `--results_dir`, a variant recorded there with its
 current recipe and not run in OUTPUT_DIR is taken from the record (`recorded_run`): a committed comparison is
-completed by training only the variants it lacks. The outputs hold every variant finished or recorded with its
-current recipe, named in `--variants` or not (`kept_runs`): `--variants` says what to train. Flags after `--` go to
+completed by training only the variants it lacks. `--variants` says what to train: the outputs also keep the
+paper's variants and those `--results_dir` records, where they are finished or recorded with their current recipe
+(`kept_runs`; a recorded one that cannot be kept is named). Flags after `--` go to
 every `train.py` run and win over the recipes.
 
 `--budget_steps N` trains no recipe run: it measures the budget a variant below `FIT` on iid_test needs
@@ -225,35 +226,48 @@ def as_recorded(found: dict) -> dict:
 
 
 def kept_runs(args, named: list[str], extra: list[str]) -> dict:
-    """The runs of the variants not in `--variants` that the comparison already holds with their current recipe,
-    finished in OUTPUT_DIR or recorded in `--results_dir` (the paper's variants and any other the record names), so
-    that a comparison of some variants adds to its outputs instead of rewriting them with those variants only.
-    Nothing is trained for them, and `--retrain` (which is about the named variants) leaves them as they are."""
-    others = list(PAPER_VARIANTS)
+    """The runs of the variants not in `--variants` that the comparison already holds with their current recipe: the
+    paper's variants and any other `--results_dir` records, finished in OUTPUT_DIR or recorded in `--results_dir` (the
+    record also where OUTPUT_DIR holds an unfinished or older run of the variant: nothing trains it here), so that a
+    comparison of some variants adds to its outputs instead of rewriting them with those variants only. Nothing is
+    trained for them, `--retrain` (which is about the named variants) leaves them as they are, and a recorded variant
+    that cannot be kept (its recipe file gone or unreadable, or its recipe changed) is named in one line."""
+    recorded = []
     if args.results_dir:
-        others += list(
+        recorded = list(
             read_json(os.path.join(args.results_dir, results_name(args.task, args.direction)) + ".json") or {}
         )
     keep_args = argparse.Namespace(**{**vars(args), "retrain": False})
-    runs = {}
-    for variant in dict.fromkeys(v for v in others if v not in named):
+    runs, dropped = {}, []
+    for variant in dict.fromkeys(v for v in [*PAPER_VARIANTS, *recorded] if v not in named):
         try:
             found = recipe(args, variant, extra)
-        except (UsageError, OSError):  # a recorded variant whose recipe file is gone: nothing to compare it with
+        except (UsageError, ValueError) as error:  # e.g. a recorded variant whose recipe file is gone
+            if variant in recorded:
+                dropped.append(f"{variant} ({error})")
             continue
-        if run := recorded_run(keep_args, variant, found) or train_variant(keep_args, variant, extra, found, True):
+        run = train_variant(keep_args, variant, extra, found, True) or recorded_run(keep_args, variant, found, True)
+        if run:
             runs[variant] = with_budget(args, variant, run)
+        elif variant in recorded:
+            dropped.append(f"{variant} (recorded with another recipe)")
     if runs:
         print(f"[compare] kept beside --variants, with their recipes: {', '.join(runs)}", flush=True)
+    if dropped:
+        print(f"[compare] left out of the outputs: {'; '.join(dropped)}", flush=True)
     return runs
 
 
-def recorded_run(args, variant: str, found: dict) -> dict | None:
+def recorded_run(args, variant: str, found: dict, beside_a_run: bool = False) -> dict | None:
     """A variant's run as `--results_dir` records it (`compare_<task>[_<direction>].json` and `_details.json`), when
-    the record has the variant's current recipe (`found`) and `OUTPUT_DIR/NAME/` holds no run of it: a comparison
-    committed there is completed, here or on another machine, by training only the variants it lacks. None otherwise
-    (and always with `--retrain`)."""
-    if not args.results_dir or args.retrain or os.path.isdir(os.path.join(args.output_dir, variant)):
+    the record has the variant's current recipe (`found`) and `OUTPUT_DIR/NAME/` holds no run of it (`beside_a_run`:
+    or holds one, for a variant nothing trains here): a comparison committed there is completed, here or on another
+    machine, by training only the variants it lacks. None otherwise (and always with `--retrain`)."""
+    if (
+        not args.results_dir
+        or args.retrain
+        or (os.path.isdir(os.path.join(args.output_dir, variant)) and not beside_a_run)
+    ):
         return None
     base = os.path.join(args.results_dir, results_name(args.task, args.direction))
     try:
@@ -554,7 +568,10 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--preset", default="ctl_cpu")
     parser.add_argument("--direction", default=None, help="CTL: forward or backward")
     parser.add_argument(
-        "--variants", default=",".join(PAPER_VARIANTS), help="comma-separated, in training order (tables: the paper's)"
+        "--variants",
+        default=",".join(PAPER_VARIANTS),
+        help="comma-separated, in training order (tables: the paper's); the outputs also keep the other variants "
+        "finished or recorded with their current recipe",
     )
     parser.add_argument("--output_dir", default=None, help="default: outputs/compare_<preset>[_<direction>]")
     parser.add_argument("--nproc", type=int, default=2, help="training processes per run (gloo on the CPU)")

@@ -54,8 +54,9 @@ RECORDED_BEFORE = {"emb. drop": 0.0, "init": "ndr", "emb. init": "normal", "prec
 
 
 def recipe_cell(value) -> str:
-    """A recipe value as the table shows it: a number with `:g`, a name as it is, nothing for None."""
-    return "" if value is None else value if isinstance(value, str) else f"{value:g}"
+    """A recipe value as the table shows it: a float with `:g`, an integer (a seed, steps) or a name as it is,
+    nothing for None."""
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def minutes(seconds: float | None) -> str:
