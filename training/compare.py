@@ -12,7 +12,7 @@ bf16). The ACT variants evaluate with at most the steps they train with, as the 
 `--act_eval_steps 28` gives them twice as many. A variant trained before with the same recipe is not trained
 again, one interrupted is resumed from its last checkpoint, and one trained with another recipe is moved aside and
 trained afresh (`--retrain` forces that; `train_variant`). With `--results_dir`, a variant recorded there with its
-current recipe and not run in OUTPUT_DIR is taken from the record (`recorded_run`): a committed comparison is
+current recipe and not run in OUTPUT_DIR is taken from the record (`finished_run`): a committed comparison is
 completed by training only the variants it lacks. `--variants` says what to train: the outputs also keep the
 paper's variants and those `--results_dir` records, where they are finished or recorded with their current recipe
 (`kept_runs`; a recorded one that cannot be kept is named). Flags after `--` go to
@@ -232,11 +232,7 @@ def kept_runs(args, named: list[str], extra: list[str]) -> dict:
     comparison of some variants adds to its outputs instead of rewriting them with those variants only. Nothing is
     trained for them, `--retrain` (which is about the named variants) leaves them as they are, and a recorded variant
     that cannot be kept (its recipe file gone or unreadable, or its recipe changed) is named in one line."""
-    recorded = []
-    if args.results_dir:
-        recorded = list(
-            read_json(os.path.join(args.results_dir, results_name(args.task, args.direction)) + ".json") or {}
-        )
+    recorded = list(read_json(results_base(args) + ".json") or {}) if args.results_dir else []
     keep_args = argparse.Namespace(**{**vars(args), "retrain": False})
     runs, dropped = {}, []
     for variant in dict.fromkeys(v for v in [*PAPER_VARIANTS, *recorded] if v not in named):
@@ -246,8 +242,7 @@ def kept_runs(args, named: list[str], extra: list[str]) -> dict:
             if variant in recorded:
                 dropped.append(f"{variant} ({error})")
             continue
-        run = train_variant(keep_args, variant, extra, found, True) or recorded_run(keep_args, variant, found, True)
-        if run:
+        if run := finished_run(keep_args, variant, found, extra, trains_here=False):
             runs[variant] = with_budget(args, variant, run)
         elif variant in recorded:
             dropped.append(f"{variant} (recorded with another recipe)")
@@ -258,18 +253,29 @@ def kept_runs(args, named: list[str], extra: list[str]) -> dict:
     return runs
 
 
-def recorded_run(args, variant: str, found: dict, beside_a_run: bool = False) -> dict | None:
-    """A variant's run as `--results_dir` records it (`compare_<task>[_<direction>].json` and `_details.json`), when
-    the record has the variant's current recipe (`found`) and `OUTPUT_DIR/NAME/` holds no run of it (`beside_a_run`:
-    or holds one, for a variant nothing trains here): a comparison committed there is completed, here or on another
-    machine, by training only the variants it lacks. None otherwise (and always with `--retrain`)."""
-    if (
-        not args.results_dir
-        or args.retrain
-        or (os.path.isdir(os.path.join(args.output_dir, variant)) and not beside_a_run)
-    ):
+def results_base(args) -> str:
+    """`--results_dir`'s path of the comparison's data without the suffix (`.json`, `_details.json`)."""
+    return os.path.join(args.results_dir, results_name(args.task, args.direction))
+
+
+def finished_run(args, variant: str, found: dict, extra: list[str], trains_here: bool = True) -> dict | None:
+    """A finished run of `variant` with its current recipe (`found`): the one in `OUTPUT_DIR/NAME/`, else the one
+    `--results_dir` records (`recorded_run`), so that a committed comparison is completed, here or on another machine,
+    by training only the variants it lacks. For a variant that `trains_here`, the record only where `OUTPUT_DIR/NAME/`
+    holds no run of it (an unfinished or older run there is resumed or redone instead). None otherwise."""
+    if run := train_variant(args, variant, extra, found, finished_only=True):
+        return run
+    if trains_here and os.path.isdir(os.path.join(args.output_dir, variant)):
         return None
-    base = os.path.join(args.results_dir, results_name(args.task, args.direction))
+    return recorded_run(args, variant, found)
+
+
+def recorded_run(args, variant: str, found: dict) -> dict | None:
+    """A variant's run as `--results_dir` records it (`compare_<task>[_<direction>].json` and `_details.json`), when
+    the record has the variant's current recipe (`found`). None otherwise (and always with `--retrain`)."""
+    if not args.results_dir or args.retrain:
+        return None
+    base = results_base(args)
     try:
         with open(base + ".json") as f:
             table = json.load(f)[variant]
@@ -385,8 +391,7 @@ def with_budget(args, variant: str, run: dict) -> dict:
     it)."""
     budget = budget_state(args, variant, run)
     if budget is None and args.results_dir:
-        base = os.path.join(args.results_dir, results_name(args.task, args.direction))
-        recorded = (read_json(base + "_details.json") or {}).get(variant) or {}
+        recorded = (read_json(results_base(args) + "_details.json") or {}).get(variant) or {}
         if recorded.get("budget") and continues({**recorded["budget"], "recipe": recorded.get("recipe")}, run):
             budget = recorded["budget"]
     return {**run, "budget": budget} if budget else run
@@ -623,7 +628,7 @@ def main(argv: list[str] | None = None):
     # while the others train keep them
     runs = {}
     for v in variants:
-        if run := recorded_run(args, v, recipes[v]) or train_variant(args, v, extra, recipes[v], finished_only=True):
+        if run := finished_run(args, v, recipes[v], extra):
             runs[v] = with_budget(args, v, run)
     runs.update(kept_runs(args, variants, extra))
     if args.budget_steps:
