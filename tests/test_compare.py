@@ -157,6 +157,30 @@ def test_the_outputs_keep_the_variants_not_named_and_name_those_they_cannot_keep
     assert "left out of the outputs: geom_att (recorded with another recipe); gone (" in shown, shown
 
 
+def test_a_run_stopped_with_a_checkpoint_ends_the_comparison_as_a_stop_to_resume_not_a_failure(
+    tmp_path, monkeypatch, capsys
+):
+    compare = load_compare()
+    runs, outcome = tmp_path / "runs", {}
+
+    def run_logged(command, env, log_path, append, every_minute):  # the launcher, without training
+        if outcome.get("stop"):
+            (runs / "ndr" / "stopped.json").write_text(json.dumps({"step": 3, "reason": "SIGUSR1"}))
+        return outcome["exit"]
+
+    monkeypatch.setattr(compare, "run_logged", run_logged)
+    argv = ["--variants", "ndr", "--nproc", "1", "--output_dir", str(runs), "--", *TINY]
+    outcome.update(exit=1, stop=True)  # accelerate exits 1 when its processes exit 75
+    with pytest.raises(SystemExit) as stopped:
+        compare.main(argv)
+    assert stopped.value.code == 75, stopped.value.code
+    assert "ndr: stopped at step 3 (SIGUSR1) with a checkpoint" in capsys.readouterr().out
+    outcome.update(exit=1, stop=False)  # the next call resumes it and fails: the earlier stop's marker is no stop
+    with pytest.raises(SystemExit) as failed:
+        compare.main(argv)
+    assert "ndr failed (exit 1)" in str(failed.value.code) and "resuming ndr" in capsys.readouterr().out
+
+
 def test_each_variant_gets_its_own_recipe_for_ctl_cpu():
     compare = load_compare()
     args = compare.argparse.Namespace(preset="ctl_cpu", direction="forward", nproc=2, output_dir="outputs/x")

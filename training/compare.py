@@ -68,7 +68,7 @@ from modeling_ndr.training.comparison import (  # noqa: F401  (PAPER_VARIANTS, F
     results_name,
     write_outputs,
 )
-from modeling_ndr.training.preemption import read_stopped
+from modeling_ndr.training.preemption import STOPPED_FILE, read_stopped
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -169,7 +169,9 @@ def train_variant(args, variant: str, extra: list[str], found: dict, finished_on
     `OUTPUT_DIR/NAME/compare_run.json` records the recipe a run was started with. A finished run with the current
     recipe is reused; an unfinished one with it is resumed from its last checkpoint (`--resume_from_checkpoint
     auto`); a run with another recipe (or from before recipes were recorded), or any run with `--retrain`, is moved to
-    `NAME.previous` and the variant trained afresh."""
+    `NAME.previous` and the variant trained afresh. A run that stops with a checkpoint (a signal or
+    `--max_wall_minutes`: exit 75, or a launcher's exit 1 beside its `stopped.json`) ends the comparison with exit 75,
+    saying where it stopped; the next call resumes it."""
     output_dir = os.path.join(args.output_dir, variant)
     results_file, record_file = (os.path.join(output_dir, name) for name in ("eval_results.json", "compare_run.json"))
     wanted = json.loads(json.dumps(found))  # as the record holds it (tuples become lists)
@@ -201,10 +203,23 @@ def train_variant(args, variant: str, extra: list[str], found: dict, finished_on
         print(f"[compare] {'resuming' if resume else 'training'} {variant}: {' '.join(command)}", flush=True)
         start = time.time()
         log = os.path.join(output_dir, "train.log")
+        stopped_file = os.path.join(output_dir, STOPPED_FILE)
+        if os.path.isfile(stopped_file):  # an earlier stop's marker would make a failure of this run look like a stop
+            os.remove(stopped_file)
         returncode = run_logged(command, env, log, resume, lambda spent: write_record(seconds + spent))
         seconds += time.time() - start
         write_record(seconds, seconds=seconds)
         record = {"seconds": seconds}
+        # a launcher (accelerate) exits 1 when its processes exit 75: the stop record tells a stop from a failure
+        stopped = read_stopped(output_dir) if returncode != 0 else None
+        if returncode == EXIT_STOPPED or stopped:
+            stopped = stopped or {}
+            print(
+                f"[compare] {variant}: stopped at step {stopped.get('step')} ({stopped.get('reason', 'exit 75')}) "
+                f"with a checkpoint after {seconds / 60:.1f} min; the same command resumes it",
+                flush=True,
+            )
+            raise SystemExit(EXIT_STOPPED)
         if returncode != 0:
             raise SystemExit(f"[compare] {variant} failed (exit {returncode}); see {output_dir}/train.log")
         print(f"[compare] {variant} done in {seconds / 60:.1f} min", flush=True)
