@@ -161,6 +161,22 @@ def run_logged(command: list[str], env: dict, log_path: str, append: bool, every
                 every_minute(time.time() - start)
 
 
+def run_until_stopped(command: list[str], env: dict, directory: str, append: bool, every_minute) -> tuple[int, str]:
+    """`run_logged` for a `train.py` run writing into `directory` (its log: `directory/train.log`); returns its exit
+    status and, where it stopped with a checkpoint, "at step S (reason)", else "". A launcher (accelerate) exits 1 when
+    its processes exit 75, so `stopped.json` tells a stop from a failure; an earlier stop's marker is removed first, so
+    that a failure of this run is not taken for a stop."""
+    marker = os.path.join(directory, STOPPED_FILE)
+    if os.path.isfile(marker):
+        os.remove(marker)
+    returncode = run_logged(command, env, os.path.join(directory, "train.log"), append, every_minute)
+    stopped = read_stopped(directory) if returncode != 0 else None
+    if returncode != EXIT_STOPPED and not stopped:
+        return returncode, ""
+    stopped = stopped or {}
+    return returncode, f"at step {stopped.get('step')} ({stopped.get('reason', 'exit 75')})"
+
+
 def train_variant(args, variant: str, extra: list[str], found: dict, finished_only: bool = False) -> dict | None:
     """Train one variant (`found`: its `recipe`) unless it is done; returns its eval results, training time, recipe,
     learning curve and, for ACT models, its ponder steps (None with `--report_only` or `finished_only` where the
@@ -202,23 +218,13 @@ def train_variant(args, variant: str, extra: list[str], found: dict, finished_on
         write_record(seconds)
         print(f"[compare] {'resuming' if resume else 'training'} {variant}: {' '.join(command)}", flush=True)
         start = time.time()
-        log = os.path.join(output_dir, "train.log")
-        stopped_file = os.path.join(output_dir, STOPPED_FILE)
-        if os.path.isfile(stopped_file):  # an earlier stop's marker would make a failure of this run look like a stop
-            os.remove(stopped_file)
-        returncode = run_logged(command, env, log, resume, lambda spent: write_record(seconds + spent))
+        returncode, where = run_until_stopped(command, env, output_dir, resume, lambda t: write_record(seconds + t))
         seconds += time.time() - start
         write_record(seconds, seconds=seconds)
         record = {"seconds": seconds}
-        # a launcher (accelerate) exits 1 when its processes exit 75: the stop record tells a stop from a failure
-        stopped = read_stopped(output_dir) if returncode != 0 else None
-        if returncode == EXIT_STOPPED or stopped:
-            stopped = stopped or {}
-            print(
-                f"[compare] {variant}: stopped at step {stopped.get('step')} ({stopped.get('reason', 'exit 75')}) "
-                f"with a checkpoint after {seconds / 60:.1f} min; the same command resumes it",
-                flush=True,
-            )
+        if where:
+            print(f"[compare] {variant}: stopped {where} with a checkpoint after {seconds / 60:.1f} min; the same "
+                  "command resumes it", flush=True)  # fmt: skip
             raise SystemExit(EXIT_STOPPED)
         if returncode != 0:
             raise SystemExit(f"[compare] {variant} failed (exit {returncode}); see {output_dir}/train.log")
@@ -456,15 +462,12 @@ def continue_variant(args, variant: str, extra: list[str], run: dict, deadline: 
     write_record(seconds)
     print(f"[compare] continuing {variant} from step {step}: {' '.join(command)}", flush=True)
     start = time.time()
-    log = os.path.join(directory, "train.log")
-    returncode = run_logged(command, env, log, True, lambda spent: write_record(seconds + spent))
+    returncode, where = run_until_stopped(command, env, directory, True, lambda spent: write_record(seconds + spent))
     write_record(seconds + time.time() - start)
-    # a launcher (accelerate) exits 1 when its processes exit 75: the stop record tells a stop from a failure
-    if returncode == EXIT_STOPPED or (returncode != 0 and read_stopped(directory)):
-        stopped = read_stopped(directory) or {}
-        where = f"at step {stopped.get('step')} ({stopped.get('reason', 'exit 75')})"
+    if where:
         print(f"[compare] {variant}: stopped {where}; the same command goes on from there", flush=True)
     elif returncode != 0:
+        log = os.path.join(directory, "train.log")
         raise SystemExit(f"[compare] {variant}'s continuation failed (exit {returncode}); see {log}")
 
 
