@@ -321,7 +321,8 @@ def gpu_release(task: str, minutes: float, processes: int | None = None, **kwarg
     name, release = GPU_RELEASES[task]
     processes = processes or max(1, torch.cuda.device_count())
     resume = f"make gpu-release TASK={task} MINUTES=<minutes>"
-    command = gpu_launch(processes) + ["--use_cpu", "false"]  # a CPU line's preset asks for the CPU
+    # a CPU line's preset asks for the CPU: on a GPU it is told not to (without one, as in a dry run, it trains there)
+    command = gpu_launch(processes) + (["--use_cpu", "false"] if torch.cuda.is_available() else [])
     return continue_line(name, release, minutes, command, processes, warm_start=False, resume=resume,
                          max_bytes=GPU_MAX_BYTES, **kwargs)  # fmt: skip
 

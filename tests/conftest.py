@@ -11,6 +11,10 @@ os.environ["HF_HOME"] = _HF_HOME
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `--precision auto` reads the CPU's bf16 support: every test sees the same answer on every machine (no native bf16,
+# unless NDR_TEST_CPU_NATIVE_BF16=1), and the tests that depend on it take the `native_bf16` fixture, which runs them
+# both ways (also in the processes they start: the variable is inherited)
+os.environ["NDR_CPU_NATIVE_BF16"] = os.environ.get("NDR_TEST_CPU_NATIVE_BF16", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -25,6 +29,14 @@ if not (torch.backends.cuda.is_built() or "fake_cuda_preload" in sys.modules):
 # reads this when a kernel is defined, which is when that module is first imported: after this file.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(params=[True, False], ids=["native-bf16-cpu", "no-bf16-cpu"])
+def native_bf16(request, monkeypatch) -> bool:
+    """Run the test as on a CPU with native bf16 and as on one without (`NDR_CPU_NATIVE_BF16`, which
+    `cpu_has_native_bf16` reads, here and in the processes the test starts)."""
+    monkeypatch.setenv("NDR_CPU_NATIVE_BF16", "1" if request.param else "0")
+    return request.param
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import torch
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSequenceClassification
 
@@ -35,7 +36,7 @@ def make_gpu_release(tmp_path: Path) -> str:
     return output
 
 
-def test_make_gpu_release_continues_the_line_and_writes_the_release_with_its_card(tmp_path):
+def test_make_gpu_release_continues_the_line_and_writes_the_release_with_its_card(tmp_path, native_bf16):
     released_before = snapshot(MODELS)
     first = make_gpu_release(tmp_path)
     assert "ndr-ctl-forward: line at step 1" in first, first[-3000:]
@@ -51,6 +52,8 @@ def test_make_gpu_release_continues_the_line_and_writes_the_release_with_its_car
     assert record["machine"] in card, "the card names the machine"
     assert "--preset tiny_gpu_release_test" in card and "--max_wall_minutes" in card, "and the command"
     assert f"of {record['machine']}, {record['precision']}" in card, "and the precision"
+    if not torch.cuda.is_available():
+        assert record["precision"] == ("bf16 autocast" if native_bf16 else "fp32"), "what the CPU trained in"
     assert "make gpu-release TASK=ctl-forward" in card and f"| {compute['samples']:,} |" in card, "and the compute"
     ModelCard.load(release / "README.md")
     model = AutoModelForSequenceClassification.from_pretrained(release)

@@ -158,9 +158,10 @@ def test_the_session_ends_within_its_budget_whatever_a_step_does(tmp_path, monke
     assert json.loads((out / "session.json").read_text())["steps"] == record["steps"]
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory) -> types.SimpleNamespace:
-    """`make gpu-session NO_CUDA=1` once, every step, its folders temporary; what the tests below look at."""
+@pytest.fixture(scope="module", params=["1", "0"], ids=["native-bf16-cpu", "no-bf16-cpu"])
+def dry_run(tmp_path_factory, request) -> types.SimpleNamespace:
+    """`make gpu-session NO_CUDA=1` once on a CPU with native bf16 and once on one without (the release's
+    `precision: auto` trains bf16 on the first), every step, its folders temporary; what the tests below look at."""
     tmp_path = tmp_path_factory.mktemp("dry-run")
     models = tmp_path / "models"
     for task, ood_test in (("ctl-forward", 0.5), ("ctl-backward", 0.995), ("arithmetic", 0.96), ("listops", 0.85)):
@@ -174,7 +175,8 @@ def dry_run(tmp_path_factory) -> types.SimpleNamespace:
         ["make", "--no-print-directory", "gpu-session", f"OUT={out}", "MINUTES=8", "NO_CUDA=1",
          f"PYTHON={sys.executable}", f"GPU_RELEASE_ARGS={release_args}",
          f"GPU_SESSION_ARGS=--work_dir {work} --wheels {wheels} --datasets_cache {cache}"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"),
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS="1", NDR_CPU_NATIVE_BF16=request.param),
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]

@@ -24,13 +24,16 @@ from modeling_ndr.training import (
     UsageError,
     apply_total_batch_size,
     cpu_has_native_bf16,
+    describe_precision,
     encode,
     load_depth_accuracy,
     metrics_function,
+    parse_arguments,
     per_device_batch_size,
     precision_defaults,
     read_preset,
 )
+from modeling_ndr.training.devices import gpu_preset_on_cpu
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,38 +127,68 @@ def test_total_batch_size_gives_way_to_a_per_device_batch_on_the_command_line():
 @pytest.mark.parametrize(
     "cuda, bf16, precision, expected",
     [
-        (False, False, "auto", {"bf16": False, "fp16": False}),
         (True, True, "auto", {"bf16": True, "fp16": False, "tf32": True}),
         (True, False, "auto", {"bf16": False, "fp16": False, "tf32": True}),  # a GPU without bf16 trains in fp32
         (True, False, "fp16", {"bf16": False, "fp16": True, "tf32": True}),
-        (False, False, "bf16", {"bf16": True, "fp16": False}),
     ],
 )
-def test_precision_auto_is_bf16_only_where_the_gpu_has_it(cuda, bf16, precision, expected, monkeypatch):
+def test_precision_auto_is_bf16_only_where_the_gpu_has_it(cuda, bf16, precision, expected, native_bf16, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16)
     monkeypatch.setattr("modeling_ndr.training.devices._tf32_available", lambda: cuda)
-    assert precision_defaults(precision, use_cpu=False, given=set()) == expected
+    assert precision_defaults(precision, use_cpu=False, given=set()) == expected, "the GPU decides, not the CPU"
     assert precision_defaults(precision, use_cpu=False, given={"fp16"}) == {}, "--bf16/--fp16 given win"
-    if cuda:
-        monkeypatch.setattr("modeling_ndr.training.devices.cpu_has_native_bf16", lambda: False)
-        assert precision_defaults("auto", use_cpu=True, given=set()) == {"bf16": False, "fp16": False}
+    expected_on_cpu = {"bf16": native_bf16, "fp16": False}
+    assert precision_defaults("auto", use_cpu=True, given=set()) == expected_on_cpu, "--use_cpu: the CPU decides"
     with pytest.raises(UsageError, match="--precision 'half'"):
         precision_defaults("half", use_cpu=False, given=set())
 
 
-@pytest.mark.parametrize("native_bf16", [True, False])
-def test_precision_auto_on_the_cpu_is_bf16_only_where_the_cpu_has_native_bf16(native_bf16, monkeypatch):
+@pytest.mark.parametrize("use_cpu", [True, False])
+def test_precision_auto_on_the_cpu_is_bf16_only_where_the_cpu_has_native_bf16(use_cpu, native_bf16, monkeypatch):
+    """On a machine without a GPU the CPU trains, `--use_cpu` or not; bf16 there needs `use_cpu` in TrainingArguments
+    (transformers refuses bf16 without a GPU otherwise), so it is set with it."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr("modeling_ndr.training.devices.cpu_has_native_bf16", lambda: native_bf16)
-    expected = {"bf16": native_bf16, "fp16": False}
-    assert precision_defaults("auto", use_cpu=True, given=set()) == expected, "emulated bf16 is slower than fp32"
-    assert precision_defaults("fp32", use_cpu=True, given=set()) == {"bf16": False, "fp16": False}, "fp32 asked for"
-    assert precision_defaults("auto", use_cpu=True, given={"bf16"}) == {}, "--bf16 on the command line wins"
+    expected = {"bf16": native_bf16, "fp16": False, **({"use_cpu": True} if native_bf16 and not use_cpu else {})}
+    assert precision_defaults("auto", use_cpu=use_cpu, given=set()) == expected, "emulated bf16 is slower than fp32"
+    assert precision_defaults("fp32", use_cpu=use_cpu, given=set()) == {"bf16": False, "fp16": False}, "fp32 asked"
+    bf16 = {"bf16": True, "fp16": False, **({} if use_cpu else {"use_cpu": True})}
+    assert precision_defaults("bf16", use_cpu=use_cpu, given=set()) == bf16, "bf16 asked for: emulated if need be"
+    assert precision_defaults("auto", use_cpu=use_cpu, given={"bf16"}) == {}, "--bf16 on the command line wins"
+    with pytest.raises(UsageError, match="--precision fp16 needs a GPU"):
+        precision_defaults("fp16", use_cpu=use_cpu, given=set())
+    if not use_cpu:
+        with pytest.raises(UsageError, match="drop --use_cpu false"):  # our line, not transformers'
+            precision_defaults("bf16", use_cpu=False, given={"use_cpu"})
+
+
+@pytest.mark.parametrize("preset", ["ctl_gpu", "listops_paper", "ctl_cpu"])
+def test_a_gpu_preset_without_a_gpu_trains_on_the_cpu_in_what_the_cpu_runs(preset, native_bf16, tmp_path, monkeypatch):
+    """A GPU preset on a machine without a GPU parses (never transformers' "Your setup doesn't support bf16/gpu"),
+    trains on the CPU in bf16 only where the CPU has it natively, and the log names the CPU preset instead."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    *_, training_args, _ = parse_arguments(["--preset", preset, "--output_dir", str(tmp_path)])
+    assert training_args.bf16 == native_bf16 and not training_args.fp16, describe_precision(training_args)
+    assert training_args.device.type == "cpu"
+    note = gpu_preset_on_cpu(preset, preset.split("_")[0])
+    if preset == "ctl_cpu":
+        assert note is None, "a CPU preset on a CPU: nothing to say"
+    else:
+        assert f"--preset {preset} is sized for a GPU" in note and "--preset ctl_cpu" in note.replace("listops", "ctl")
+
+
+def test_the_environment_can_say_what_the_cpu_has(monkeypatch):
+    monkeypatch.setattr("modeling_ndr.training.devices.cpu_reports_native_bf16", lambda: False)
+    monkeypatch.setenv("NDR_CPU_NATIVE_BF16", "1")
+    assert cpu_has_native_bf16(), "1: native bf16, whatever the CPU reports"
+    monkeypatch.setenv("NDR_CPU_NATIVE_BF16", "yes")
+    with pytest.raises(UsageError, match="NDR_CPU_NATIVE_BF16='yes'"):
+        cpu_has_native_bf16()
 
 
 @pytest.mark.parametrize("avx512_bf16, amx", [(True, False), (False, True), (False, False)])
 def test_native_bf16_is_avx512_bf16_or_amx(avx512_bf16, amx, monkeypatch):
+    monkeypatch.delenv("NDR_CPU_NATIVE_BF16")  # what the CPU itself reports
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     assert cpu_has_native_bf16() == (avx512_bf16 or amx), "oneDNN computes bf16 in hardware with either"
@@ -175,6 +208,29 @@ def test_two_cpu_processes_train_with_the_total_batch_and_count_every_eval_sampl
     assert result.returncode == 0, result.stderr[-3000:]
     assert "processes: 2, total train batch size: 32 (16 per device x 1 accumulation steps)" in result.stderr
     assert_every_eval_sample_counted_once(tmp_path / "run", "cpu")
+
+
+def test_a_bf16_run_on_the_cpu_resumes_to_the_weights_of_the_uninterrupted_run(tmp_path, native_bf16):
+    """`--precision auto` on a CPU with native bf16 (and fp32 on one without): a run stopped after 5 steps and resumed
+    ends with the weights of the run that was not stopped, bit for bit. (bf16 without native support is emulated:
+    slow, but these are a few steps of a tiny model.)"""
+    args = SHORT + ["--max_steps", "8", "--eval_steps", "4", "--save_steps", "4", "--precision", "auto"]
+    whole = run([sys.executable, str(TRAIN)] + args + ["--output_dir", str(tmp_path / "whole")])
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    trained_in = "bf16 autocast" if native_bf16 else "fp32"
+    assert f"trained in {trained_in} on " in whole.stdout, "the final summary names the precision"
+    has = "has" if native_bf16 else "has no"
+    assert f"training in {trained_in} (--precision auto: this CPU {has} native bf16" in whole.stdout, (
+        "said at the start"
+    )
+    assert json.loads((tmp_path / "whole" / "run_config.json").read_text())["precision"] == trained_in
+    chunked = ["--output_dir", str(tmp_path / "chunks"), "--resume_from_checkpoint", "auto"]
+    first = run([sys.executable, str(TRAIN)] + args + chunked + ["--max_chunk_steps", "5"])
+    assert first.returncode == EXIT_STOPPED, first.stderr[-3000:]
+    second = run([sys.executable, str(TRAIN)] + args + chunked)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert_same_weights(tmp_path / "whole" / "checkpoint-8" / "model.safetensors",
+                        tmp_path / "chunks" / "checkpoint-8" / "model.safetensors", f"in {trained_in}")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------- GPU

@@ -104,7 +104,9 @@ def test_the_release_carries_its_compute_record_and_curve(first_chunk):
     assert line.checkpoint_problem(str(release / "last-checkpoint")) is None, "last-checkpoint/ is a whole checkpoint"
 
 
-def test_gpu_release_continues_the_line_a_cpu_started_and_a_worse_ood_valid_keeps_the_release(first_chunk, tmp_path):
+def test_gpu_release_continues_the_line_a_cpu_started_and_a_worse_ood_valid_keeps_the_release(
+    first_chunk, tmp_path, native_bf16
+):
     tmp = copy_line(first_chunk, tmp_path)
     release = tmp / "models" / NAME
     results = json.loads((release / "eval_results.json").read_text())

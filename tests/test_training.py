@@ -278,7 +278,7 @@ def test_other_processes_leave_only_after_the_main_process_has_exported(tmp_path
     assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
 
 
-def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
+def test_preset_values_are_defaults_and_flags_override_them(tmp_path, native_bf16):
     task_args, model_args, _, training_args, preset = training.parse_arguments(
         ["--preset", "ctl_cpu", "--learning_rate", "0.5", "--output_dir", str(tmp_path)]
     )
@@ -290,11 +290,14 @@ def test_preset_values_are_defaults_and_flags_override_them(tmp_path):
 
 
 @pytest.mark.parametrize("preset", sorted(path.stem for path in (REPO / "configuration").glob("*.yaml")))
-def test_every_preset_parses(preset, tmp_path):
+def test_every_preset_parses(preset, tmp_path, native_bf16):
+    """On a CPU with native bf16 and on one without, GPU presets included (they train on the CPU without a GPU)."""
     task_args, _, _, training_args, values = training.parse_arguments(
         ["--preset", preset, "--output_dir", str(tmp_path)]
     )
     assert task_args.task == values.get("task") and training_args.max_steps == values["max_steps"]  # own_data: None
+    if values.get("precision") == "auto" and not torch.cuda.is_available():
+        assert training_args.bf16 == native_bf16, "auto: bf16 where the CPU has it natively"
 
 
 def test_a_preset_can_start_from_another(tmp_path):

@@ -80,10 +80,12 @@ from modeling_ndr.training.adaptive import export_summary
 from modeling_ndr.training.atomic import check_replaceable
 from modeling_ndr.training.checkpoints import saves_optimizer_states
 from modeling_ndr.training.data import cache_files, check_encoded
+from modeling_ndr.training.devices import gpu_preset_on_cpu, precision_note
 from modeling_ndr.training.export import EXPORT_FILES
 from modeling_ndr.training.locking import lock_output_dir
 from modeling_ndr.training.schedules import PonderWeightSchedule
 from modeling_ndr.training.stopping import StopAtAccuracy, parse_stop_at_accuracy
+from modeling_ndr.training.trainer import add_first_token_column, first_token_metric_names, resolve_sample_shares
 
 
 logger = logging.getLogger("ndr.train")
@@ -124,6 +126,8 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
             "no --preset: %s trains with the preset %s (configuration/%s.yaml); flags override its values",
             "fine-tuning" if model_args.model_name_or_path else "your data", run_args.preset, run_args.preset,
         )  # fmt: skip
+    if note := gpu_preset_on_cpu(run_args.preset, data_args.task):
+        logger.warning(note)
     apply_total_batch_size(training_args, run_args.total_batch_size, given)
     check_data_arguments(data_args, given, preset)
     check_training_steps(training_args, data_args, given, preset)  # a run that would train no step stops here
@@ -188,9 +192,17 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         depth_accuracy = load_depth_accuracy()
     logger.info("model: %s parameters, config %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
 
-    # ---- the trainer: the depth travels to compute_metrics, not to the model
+    # ---- the trainer: the depth (and the first token) travel to compute_metrics, not to the model
     has_depth = "depth" in data["train"].column_names
     training_args.label_names = ["labels", "depth"] if has_depth else ["labels"]
+    first_token_names = None
+    if data_args.eval_by_first_token:  # ListOps' curves per root operator (--eval_by_first_token)
+        if not has_depth:
+            raise UsageError("--eval_by_first_token needs depths (your data: --depth_column)")
+        data = add_first_token_column(data)
+        training_args.label_names.append("first_token")
+        first_token_names = first_token_metric_names(tokenizer)
+    sample_shares = resolve_sample_shares(data_args.sample_shares, tokenizer, data["train"])
     trainer = NDRTrainer(
         model=model,
         args=training_args,
@@ -198,9 +210,10 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         eval_dataset={split: data[split] for split in eval_splits} or None,
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=metrics_function(depth_accuracy),
+        compute_metrics=metrics_function(depth_accuracy, first_token_names),
         balance_depths=data_args.balance_depths,
         balance_operators=data_args.balance_operators,
+        sample_shares=sample_shares,
         callbacks=[time_box, *ponder_schedule(model.config, run_args), *stop_at_accuracy],
     )
     total_batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
@@ -209,6 +222,8 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         training_args.world_size, total_batch, training_args.per_device_train_batch_size,
         training_args.gradient_accumulation_steps, describe_precision(training_args),
     )  # fmt: skip
+    if training_args.should_save and (note := precision_note(run_args.precision, training_args)):
+        print(note)
 
     # ---- the run's record, written before training (and again after it, with what training took)
     run_config = {}
@@ -257,6 +272,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         if results:
             last = list(results)[-1]  # ood_test for the paper's tasks
             print(f"{last} accuracy: {results[last]['accuracy']:.4f}")
+        print(f"trained in {describe_precision(training_args)} on {run_config.get('machine', training_args.device)}")
         if (adaptive_summary := export_summary(export_dir)) is not None:  # CTL: fixed against adaptive steps
             print("\n" + adaptive_summary + "\n")
         print(f"exported hub-ready model: {os.path.abspath(export_dir)}")

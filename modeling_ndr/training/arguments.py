@@ -52,6 +52,22 @@ class DataArguments:
             "--depth_column)."
         },
     )
+    sample_shares: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Give groups of training samples a fixed share of the draws, as FIRST_TOKEN=SHARE or "
+            "FIRST_TOKEN:DEPTH=SHARE (e.g. '[SM:1=0.25': a quarter of the samples are [SM lists of depth 1); the "
+            "other samples share the rest as they would be drawn without it. Draws with replacement."
+        },
+    )
+    eval_by_first_token: bool = field(
+        default=False,
+        metadata={
+            "help": "Also report accuracy per first token of the text (ListOps: per root operator) and per first "
+            "token and depth at every evaluation, as <split>_accuracy_first_<token> (letters and digits of the "
+            "token: SM for [SM) and <split>_accuracy_first_<token>_depth_<d>."
+        },
+    )
     dataset_name: str | None = field(
         default=None,
         metadata={
@@ -392,7 +408,7 @@ def check_best_metric(training_args: TrainingArguments, eval_splits: list[str], 
     name = metric.removeprefix("eval_")
     for split in eval_splits:
         rest = name[len(split) + 1 :] if name.startswith(split + "_") else ""
-        if re.fullmatch(r"accuracy|accuracy_depth_\d+|loss", rest):
+        if re.fullmatch(r"accuracy|accuracy_depth_\d+|accuracy_first_\w+|loss", rest):
             return
     origin = "" if "metric_for_best_model" in given else " (from the preset or Trainer's default)"
     example = f"; e.g. --metric_for_best_model {eval_splits[-1]}_accuracy" if eval_splits else ""

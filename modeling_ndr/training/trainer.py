@@ -23,6 +23,7 @@ from transformers.utils import PushInProgress, hf_api
 
 from ..metrics import DEPTH_ACCURACY
 from ..tasks import SPLIT_NAMES
+from .errors import UsageError
 
 
 # the evaluation splits of the paper's tasks; the best checkpoint is selected on ood_valid
@@ -43,34 +44,103 @@ def load_depth_accuracy():
     return evaluate.load(DEPTH_ACCURACY, keep_in_memory=True)  # in memory: no cache files shared between processes
 
 
-def metrics_function(depth_accuracy):
-    """`compute_metrics` for Trainer: accuracy, and accuracy per depth when the batch carries depths.
+def metrics_function(depth_accuracy, first_token_names: dict[int, str] | None = None):
+    """`compute_metrics` for Trainer: accuracy, accuracy per depth when the batch carries depths, and with
+    `first_token_names` accuracy per first token (ListOps: per root operator) and per first token and depth.
 
     Args:
         depth_accuracy: the metric of `load_depth_accuracy`.
+        first_token_names: token id -> the name used in the metric keys (`first_token_metric_names`); the batch then
+            carries a `first_token` column after `depth` (`label_names = ["labels", "depth", "first_token"]`).
 
     Returns:
         A function from `EvalPrediction` to `{"accuracy": a, "accuracy_depth_<d>": a, ..., "count": n,
         "count_depth_<d>": n, ...}` (flat, as Trainer logs them; the counts are the samples scored, which under data
-        parallelism shows that every sample counted once); with `label_names = ["labels", "depth"]` its `label_ids`
-        are `(labels, depths)`.
+        parallelism shows that every sample counted once), with first tokens also `accuracy_first_<name>` and
+        `accuracy_first_<name>_depth_<d>`; with `label_names = ["labels", "depth"]` its `label_ids` are
+        `(labels, depths)`.
     """
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
-        labels, depths = prediction.label_ids, None
-        if isinstance(labels, (tuple, list)):  # label_names = ["labels", "depth"]
-            labels, depths = labels
-        result = depth_accuracy.compute(
-            predictions=np.argmax(prediction.predictions, axis=-1), references=labels, depths=depths
-        )
-        return {
+        labels, depths, first_tokens = prediction.label_ids, None, None
+        if isinstance(labels, (tuple, list)):  # label_names = ["labels", "depth"(, "first_token")]
+            labels, depths, *rest = labels
+            first_tokens = rest[0] if rest else None
+        predicted = np.argmax(prediction.predictions, axis=-1)
+        result = depth_accuracy.compute(predictions=predicted, references=labels, depths=depths)
+        metrics = {
             "accuracy": result["accuracy"],
             **{f"accuracy_depth_{d}": a for d, a in result["by_depth"].items()},
             "count": len(labels),
             **{f"count_depth_{d}": n for d, n in result["count_by_depth"].items()},
         }
+        if first_token_names and first_tokens is not None:
+            correct = predicted == labels
+            for token in np.unique(first_tokens):
+                name = first_token_names.get(int(token), str(int(token)))
+                group = first_tokens == token
+                metrics[f"accuracy_first_{name}"] = float(correct[group].mean())
+                for depth in np.unique(depths[group]) if depths is not None else ():
+                    metrics[f"accuracy_first_{name}_depth_{int(depth)}"] = float(
+                        correct[group & (depths == depth)].mean()
+                    )
+        return metrics
 
     return compute_metrics
+
+
+def first_token_metric_names(tokenizer) -> dict[int, str]:
+    """Token id -> a name for metric keys (letters, digits and _ only: `[SM` -> `SM`), for every word of the
+    tokenizer's vocabulary; `metrics_function(..., first_token_names=...)`."""
+    names = {}
+    for word, token_id in tokenizer.get_vocab().items():
+        names[token_id] = "".join(c if c.isalnum() or c == "_" else "" for c in word) or f"id{token_id}"
+    return names
+
+
+def add_first_token_column(data):
+    """Each split with a `first_token` column, its first token id after [BOS] (`--eval_by_first_token`), which travels
+    to `compute_metrics` as one of `label_names`."""
+    return type(data)(
+        {
+            split: dataset.add_column("first_token", [ids[1] if len(ids) > 1 else -1 for ids in dataset["input_ids"]])
+            for split, dataset in data.items()
+        }
+    )
+
+
+def resolve_sample_shares(items, tokenizer, train) -> list[tuple[int, int | None, float]]:
+    """`--sample_shares` as `(first token id, depth or None, share)`, checked against the tokenizer and the training
+    set: an unknown token, a depth without a depth column, or a group with no training sample is one `UsageError`.
+
+    Args:
+        items: the flag's values.
+        tokenizer: the model's tokenizer.
+        train: the encoded training set (`input_ids`, and `depth` where the data has depths).
+
+    Returns:
+        The triples `NDRTrainer(sample_shares=...)` takes.
+    """
+    shares = parse_sample_shares(items)
+    if not shares:
+        return []
+    vocabulary = tokenizer.get_vocab()
+    first_tokens = np.array([ids[1] if len(ids) > 1 else -1 for ids in train["input_ids"]])
+    depths = np.asarray(train["depth"]) if "depth" in train.column_names else None
+    resolved = []
+    for token, depth, share in shares:
+        if token not in vocabulary:
+            raise UsageError(f"--sample_shares: {token!r} is not a word of the tokenizer's vocabulary")
+        if depth is not None and depths is None:
+            raise UsageError(f"--sample_shares {token}:{depth}: the data has no depths (your data: --depth_column)")
+        group = first_tokens == vocabulary[token]
+        if depth is not None:
+            group &= depths == depth
+        if not group.any():
+            where = f" at depth {depth}" if depth is not None else ""
+            raise UsageError(f"--sample_shares: no training sample starts with {token}{where}")
+        resolved.append((vocabulary[token], depth, share))
+    return resolved
 
 
 def depth_weights(depths) -> torch.Tensor:
@@ -164,25 +234,99 @@ class BalancedSampler(torch.utils.data.Sampler):
         return iter(order)
 
 
-def balanced_sampler(dataset, args, balance_depths: bool = True, balance_operators: bool = False):
+def parse_sample_shares(items) -> list[tuple[str, int | None, float]]:
+    """`--sample_shares` items, `TOKEN=SHARE` or `TOKEN:DEPTH=SHARE` (e.g. `[SM:1=0.25`), as `(token, depth, share)`.
+
+    Args:
+        items: the flag's values (strings).
+
+    Returns:
+        One `(first token, depth or None, share)` per item; a `UsageError` naming the item if it is malformed, a share
+        is not in (0, 1), or the shares add up to 1 or more.
+    """
+    shares = []
+    for item in items or ():
+        group, equals, value = item.rpartition("=")
+        token, colon, depth = group.rpartition(":") if ":" in group else (group, "", "")
+        try:
+            share = float(value)
+            depth = int(depth) if colon else None
+        except ValueError:
+            share = None
+        if not equals or not token or share is None or not 0 < share < 1:
+            raise UsageError(
+                f"--sample_shares {item!r}: expected FIRST_TOKEN=SHARE or FIRST_TOKEN:DEPTH=SHARE with 0 < SHARE < 1 "
+                "(e.g. '[SM:1=0.25': a quarter of the draws are [SM lists of depth 1)"
+            )
+        shares.append((token, depth, share))
+    if sum(share for *_, share in shares) >= 1:
+        raise UsageError(f"--sample_shares {' '.join(items)}: the shares add up to 1 or more; nothing else is drawn")
+    return shares
+
+
+def shared_weights(weights: torch.Tensor, first_tokens, depths, shares) -> torch.Tensor:
+    """`weights` changed so that each group of `shares` gets its share of the draws (`--sample_shares`), and every
+    other sample the rest in proportion to its weight. A ListOps recipe keeps flat `[SM` lists (depth 1) at a quarter
+    of the draws while the whole `train` split trains (docs/results/listops-recipes.md).
+
+    Args:
+        weights: one sampling weight per sample (uniform, `depth_weights` or `operator_weights`).
+        first_tokens: each sample's first token id (after [BOS]).
+        depths: each sample's depth (None: shares must not name a depth).
+        shares: `(first token id, depth or None, share)` triples (`parse_sample_shares`, tokens as ids).
+
+    Returns:
+        A float64 tensor of one weight per sample, summing to 1.
+    """
+    weights = weights.double() / weights.sum()
+    first_tokens = torch.as_tensor(np.asarray(first_tokens))
+    depths = None if depths is None else torch.as_tensor(np.asarray(depths))
+    result, claimed = weights.clone(), torch.zeros(len(weights), dtype=torch.bool)
+    for token, depth, share in shares:
+        group = first_tokens == token
+        if depth is not None:
+            group &= depths == depth
+        group &= ~claimed
+        if not group.any():
+            raise ValueError(
+                f"no training sample in the group of share {share} (first token id {token}, depth {depth})"
+            )
+        result[group] = share * weights[group] / weights[group].sum()
+        claimed |= group
+    rest = 1 - sum(share for *_, share in shares)
+    if (~claimed).any():
+        result[~claimed] = rest * weights[~claimed] / weights[~claimed].sum()
+    return result
+
+
+def balanced_sampler(dataset, args, balance_depths: bool = True, balance_operators: bool = False, shares=()):
     """The sampler of `balance_depths=True` (depths drawn uniformly) and/or `balance_operators=True` (within each
-    depth, every operator -- the first token after [BOS] -- drawn uniformly), with replacement, length-grouped if
+    depth, every operator -- the first token after [BOS] -- drawn uniformly) and/or `shares` (groups of samples given
+    a share of the draws, `shared_weights`), with replacement, length-grouped if
     `args.train_sampling_strategy == "group_by_length"`.
 
     Args:
-        dataset: the training set, with `depth` and `input_ids` columns.
+        dataset: the training set, with `input_ids` and (for depth balancing and depth groups) `depth` columns.
         args: the run's `TrainingArguments` (seed, batch size, accumulation, sampling strategy).
         balance_depths: draw every depth equally often.
         balance_operators: draw every operator equally often within a depth (`operator_weights`).
+        shares: `(first token id, depth or None, share)` triples (`--sample_shares`).
 
     Returns:
         A `BalancedSampler` of `len(dataset)` indices per epoch.
     """
-    if balance_operators:
+    first_tokens = None
+    if balance_operators or shares:
         first_tokens = [ids[1] if len(ids) > 1 else -1 for ids in dataset["input_ids"]]
-        weights = operator_weights(dataset["depth"], first_tokens, balance_depths)
+    depths = dataset["depth"] if "depth" in dataset.column_names else None
+    if balance_operators:
+        weights = operator_weights(depths, first_tokens, balance_depths)
+    elif balance_depths:
+        weights = depth_weights(depths)
     else:
-        weights = depth_weights(dataset["depth"])
+        weights = torch.ones(len(dataset), dtype=torch.double)
+    if shares:
+        weights = shared_weights(weights, first_tokens, depths, shares)
     if args.train_sampling_strategy != "group_by_length":
         return BalancedSampler(weights, args.seed)
     lengths = [len(ids) for ids in dataset["input_ids"]]
@@ -209,22 +353,28 @@ class NDRTrainer(Trainer):
     Args:
         balance_depths: draw training samples uniformly over the `depth` column (see `balanced_sampler`).
         balance_operators: draw every operator (first token) equally often within each depth (`operator_weights`).
+        sample_shares: `(first token id, depth or None, share)` triples: each group gets its share of the draws
+            (`shared_weights`; `--sample_shares`).
         *args: `Trainer`'s positional arguments.
         **kwargs: `Trainer`'s keyword arguments.
     """
 
-    def __init__(self, *args, balance_depths: bool = False, balance_operators: bool = False, **kwargs):
+    def __init__(
+        self, *args, balance_depths: bool = False, balance_operators: bool = False, sample_shares=(), **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.balance_depths, self.balance_operators = balance_depths, balance_operators
+        self.sample_shares = list(sample_shares)
 
     def compute_loss(self, model, inputs, *args, **kwargs):
-        return super().compute_loss(model, {k: v for k, v in inputs.items() if k != "depth"}, *args, **kwargs)
+        inputs = {k: v for k, v in inputs.items() if k not in ("depth", "first_token")}
+        return super().compute_loss(model, inputs, *args, **kwargs)
 
     def _get_train_sampler(self, train_dataset=None):
-        if not (self.balance_depths or self.balance_operators):
+        if not (self.balance_depths or self.balance_operators or self.sample_shares):
             return super()._get_train_sampler(train_dataset)
         return balanced_sampler(train_dataset or self.train_dataset, self.args, self.balance_depths,
-                                self.balance_operators)  # fmt: skip
+                                self.balance_operators, self.sample_shares)  # fmt: skip
 
     def get_decay_parameter_names(self, model) -> list[str]:
         return [name for name, _ in model.named_parameters()]
