@@ -3,6 +3,7 @@ overrides (a transformers release that renames them, changes their signature or 
 depth-balanced sampling as Trainer's own dataloader delivers it, and the per-depth `compute_metrics`."""
 
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -121,3 +122,58 @@ def test_compute_metrics_reports_accuracy_and_accuracy_per_depth():
     plain = compute_metrics(EvalPrediction(predictions=logits, label_ids=labels))
     assert plain["accuracy"] == pytest.approx(correct.mean())
     assert not any("depth" in key for key in plain), "no depths given: no per-depth metrics"
+
+
+def test_compute_metrics_reports_accuracy_per_first_token_and_per_first_token_and_depth():
+    """`--eval_by_first_token`: ListOps' curves per root operator ([SM is the one that stays at chance)."""
+    rng = np.random.default_rng(1)
+    logits, labels, depths = rng.normal(size=(400, 4)), rng.integers(0, 4, 400), rng.integers(1, 4, 400)
+    first_tokens = rng.choice([11, 12], 400)
+    compute_metrics = metrics_function(load_depth_accuracy(), first_token_names={11: "MIN", 12: "SM"})
+    metrics = compute_metrics(EvalPrediction(predictions=logits, label_ids=(labels, depths, first_tokens)))
+    correct = logits.argmax(-1) == labels
+    for token, name in ((11, "MIN"), (12, "SM")):
+        assert metrics[f"accuracy_first_{name}"] == pytest.approx(correct[first_tokens == token].mean())
+        for depth in (1, 2, 3):
+            group = (first_tokens == token) & (depths == depth)
+            assert metrics[f"accuracy_first_{name}_depth_{depth}"] == pytest.approx(correct[group].mean())
+    assert metrics["accuracy"] == pytest.approx(correct.mean()), "the overall accuracy is unchanged"
+
+
+def test_sample_shares_give_a_group_its_share_of_the_draws_and_the_rest_keep_their_proportions(tmp_path):
+    """`--sample_shares '[SM:1=0.25'`: the rare group (token 5 at depth 1, 2% of the rows) is a quarter of the draws;
+    the other rows keep the proportions depth balancing gives them."""
+    depths = [1] * 100 + [2] * 900
+    first = [5] * 20 + [6] * 80 + [5] * 450 + [6] * 450
+    dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2, token, 3] for token in first]})
+    trainer = tiny_trainer(tmp_path, dataset)
+    trainer.sample_shares = [(5, 1, 0.25)]
+    drawn = list(trainer._get_train_sampler(dataset))
+    group = np.array([first[i] == 5 and depths[i] == 1 for i in drawn])
+    assert abs(group.mean() - 0.25) < 0.04, f"the group is {group.mean():.3f} of the draws, not 0.25"
+    rest_depths = np.array([depths[i] for i in drawn])[~group]
+    # depth balancing gives depth 1 half the mass, a fifth of it the group's: the rest is 0.4 (depth 1) to 0.5 (depth 2)
+    assert abs((rest_depths == 1).mean() - 0.4 / 0.9) < 0.06, "the rest keep depth balancing's proportions"
+
+
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        (["[SM:1"], "expected FIRST_TOKEN=SHARE"),
+        (["[SM:x=0.2"], "expected FIRST_TOKEN=SHARE"),
+        (["[SM=1.5"], "0 < SHARE < 1"),
+        (["[SM=0.6", "[MIN=0.5"], "add up to 1 or more"),
+        (["[XX=0.2"], "'[XX' is not a word"),
+        (["[SM:9=0.2"], "no training sample starts with [SM at depth 9"),
+    ],
+)
+def test_bad_sample_shares_are_one_line_naming_the_item(items, message):
+    from modeling_ndr import task_tokenizer
+    from modeling_ndr.training import UsageError
+    from modeling_ndr.training.trainer import resolve_sample_shares
+
+    tokenizer = task_tokenizer("listops")
+    train = Dataset.from_dict({"depth": [1, 2], "input_ids": [tokenizer("[SM 1 2 ]")["input_ids"]] * 2})
+    with pytest.raises(UsageError, match=re.escape(message)):
+        resolve_sample_shares(items, tokenizer, train)
+    assert resolve_sample_shares(["[SM:1=0.2"], tokenizer, train) == [(tokenizer.convert_tokens_to_ids("[SM"), 1, 0.2)]
