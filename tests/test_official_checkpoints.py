@@ -171,6 +171,7 @@ class RunsCode:
 
 BAD_CHECKPOINTS = {
     "text": (lambda path: path.write_text("not a checkpoint"), "not a checkpoint of the official code"),
+    "a line of text": (lambda path: path.write_text("hello\n"), "not a checkpoint of the official code"),  # KeyError
     "a tensor": (lambda path: torch.save(torch.zeros(3), path), "expected a dict with `model` and `run_invariants"),
     "code": (
         lambda path: torch.save({"model": RunsCode(path.parent / "ran")}, path),

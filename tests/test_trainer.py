@@ -152,7 +152,7 @@ def test_sample_shares_give_a_group_its_share_of_the_draws_and_the_rest_keep_the
     group = np.array([first[i] == 5 and depths[i] == 1 for i in drawn])
     assert abs(group.mean() - 0.25) < 0.04, f"the group is {group.mean():.3f} of the draws, not 0.25"
     rest_depths = np.array([depths[i] for i in drawn])[~group]
-    # depth balancing gives depth 1 half the mass, a fifth of it the group's: the rest is 0.4 (depth 1) to 0.5 (depth 2)
+    # depth balancing gives depth 1 half the mass, a fifth of it the group's: the rest is 0.4 (depth 1) to 0.5
     assert abs((rest_depths == 1).mean() - 0.4 / 0.9) < 0.06, "the rest keep depth balancing's proportions"
 
 

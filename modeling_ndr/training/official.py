@@ -32,8 +32,6 @@ buffers are unused by the official forward and not converted.
 import hashlib
 import json
 import os
-import pickle
-import zipfile
 
 import torch
 from huggingface_hub import ModelCard, ModelCardData
@@ -127,7 +125,7 @@ def read_official_checkpoint(path: str) -> dict:
     try:
         with torch.serialization.safe_globals([(dict, DOTDICT)]):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 (the unpickler fails on other files in many ways: KeyError for text)
         lines = str(error).splitlines()
         reason = next((line.strip() for line in lines if "GLOBAL" in line), first_line(error))  # the refused code
         raise UsageError(f"{path}: not a checkpoint of the official code ({reason[:160]})") from None
