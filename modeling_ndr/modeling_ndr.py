@@ -270,6 +270,15 @@ class NDRPreTrainedModel(PreTrainedModel):
         config.validate()  # the config may have been changed since it was built
         super().__init__(config, *inputs, **kwargs)
 
+    def _initialize_missing_keys(self, *args, **kwargs):
+        # from_pretrained: what the checkpoint lacks starts here, a head for new labels (`ignore_mismatched_sizes`)
+        # among them, which starts as transformers starts one whatever `init_style` the loaded model trained with
+        self._initializing_missing_keys = True
+        try:
+            return super()._initialize_missing_keys(*args, **kwargs)
+        finally:
+            self._initializing_missing_keys = False
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         """How every weight starts. `config.init_style="ndr"` (the release's init): Xavier-uniform projections (gain
@@ -277,7 +286,8 @@ class NDRPreTrainedModel(PreTrainedModel):
         N(0, `initializer_range`) with bias `act_halting_bias_init`, the classifier the transformers default;
         `"official"`: as the official code starts each layer (`_official_projection_init`). Either way alpha =
         1/sqrt(e), beta = 1, gamma = 0, the relative-position bias 0, metric tensors the identity, layer norms 1 and 0,
-        and the embeddings as `config.embedding_init` says (default N(0, 1))."""
+        and the embeddings as `config.embedding_init` says (default N(0, 1)). A head that `from_pretrained` creates
+        (new labels, `ignore_mismatched_sizes=True`) starts as transformers starts one, whatever the style."""
         super()._init_weights(module)
         config = self.config
         if isinstance(module, nn.Embedding):
@@ -319,6 +329,8 @@ class NDRPreTrainedModel(PreTrainedModel):
             if module.bias is not None:
                 init.constant_(module.bias, bias)
         elif isinstance(module, nn.Linear) and config.init_style == "official":
+            if getattr(self, "_initializing_missing_keys", False):
+                return  # a new head on a loaded model: transformers' init above (N(0, initializer_range), bias 0)
             pytorch_default_init(module)  # the classifier: the official code's init of it never runs (see the docs)
 
     def _official_projection_init(self, module: nn.Linear):

@@ -270,3 +270,22 @@ def test_official_init_draws_every_weight_as_the_official_code_does(variant):
             assert 0 < value.abs().max() <= bound, f"{name}: drawn like the official one"
         compared += 1
     assert compared >= 10, f"{variant}: compared {compared} tensors"
+
+
+@pytest.mark.parametrize(
+    "variant", [{}, {"attention_type": "softmax", "position_encoding": "gated"}]
+)  # ndr, absrel_gate
+def test_a_new_head_loaded_for_new_labels_starts_as_transformers_starts_one(variant, tmp_path):
+    """Fine-tuning on new labels (`ignore_mismatched_sizes=True`) creates the head: N(0, initializer_range) and bias 0,
+    whatever `init_style` the loaded model trained with; built from scratch, the official style keeps PyTorch's own
+    init of the classifier (the official code never re-initialises it)."""
+    trained = official_model(init_style="official", **variant)
+    assert_pytorch_default(trained.classifier, "the classifier of a new official-style model")
+    trained.save_pretrained(tmp_path)
+    loaded = NDRForSequenceClassification.from_pretrained(tmp_path, num_labels=3, ignore_mismatched_sizes=True)
+    head = loaded.classifier
+    assert torch.equal(head.bias, torch.zeros(3)), "a new head's bias starts at 0"
+    std = loaded.config.initializer_range
+    assert 0.8 * std < head.weight.std().item() < 1.2 * std, f"weight std {head.weight.std():.4f}, expected {std}"
+    for name, weight in trained.ndr.state_dict().items():
+        assert torch.equal(loaded.ndr.state_dict()[name], weight), f"{name}: the encoder is the loaded one"
