@@ -154,6 +154,8 @@ def test_sample_shares_give_a_group_its_share_of_the_draws_and_the_rest_keep_the
     rest_depths = np.array([depths[i] for i in drawn])[~group]
     # depth balancing gives depth 1 half the mass, a fifth of it the group's: the rest is 0.4 (depth 1) to 0.5
     assert abs((rest_depths == 1).mean() - 0.4 / 0.9) < 0.06, "the rest keep depth balancing's proportions"
+    trainer.sample_shares = [(5, 1, 1.0)]  # a curriculum's first phase: only the group
+    assert all(first[i] == 5 and depths[i] == 1 for i in trainer._get_train_sampler(dataset)), "only the group"
 
 
 @pytest.mark.parametrize(
@@ -161,8 +163,8 @@ def test_sample_shares_give_a_group_its_share_of_the_draws_and_the_rest_keep_the
     [
         (["[SM:1"], "expected FIRST_TOKEN=SHARE"),
         (["[SM:x=0.2"], "expected FIRST_TOKEN=SHARE"),
-        (["[SM=1.5"], "0 < SHARE < 1"),
-        (["[SM=0.6", "[MIN=0.5"], "add up to 1 or more"),
+        (["[SM=1.5"], "0 < SHARE <= 1"),
+        (["[SM=0.6", "[MIN=0.5"], "add up to more than 1"),
         (["[XX=0.2"], "'[XX' is not a word"),
         (["[SM:9=0.2"], "no training sample starts with [SM at depth 9"),
     ],

@@ -242,7 +242,7 @@ def parse_sample_shares(items) -> list[tuple[str, int | None, float]]:
 
     Returns:
         One `(first token, depth or None, share)` per item; a `UsageError` naming the item if it is malformed, a share
-        is not in (0, 1), or the shares add up to 1 or more.
+        is not in (0, 1], or the shares add up to more than 1 (shares of 1 in all: only those groups are drawn).
     """
     shares = []
     for item in items or ():
@@ -253,14 +253,14 @@ def parse_sample_shares(items) -> list[tuple[str, int | None, float]]:
             depth = int(depth) if colon else None
         except ValueError:
             share = None
-        if not equals or not token or share is None or not 0 < share < 1:
+        if not equals or not token or share is None or not 0 < share <= 1:
             raise UsageError(
-                f"--sample_shares {item!r}: expected FIRST_TOKEN=SHARE or FIRST_TOKEN:DEPTH=SHARE with 0 < SHARE < 1 "
-                "(e.g. '[SM:1=0.25': a quarter of the draws are [SM lists of depth 1)"
+                f"--sample_shares {item!r}: expected FIRST_TOKEN=SHARE or FIRST_TOKEN:DEPTH=SHARE with 0 < SHARE <= 1 "
+                "(e.g. '[SM:1=0.25': a quarter of the draws are [SM lists of depth 1; '[SM:1=1': only those)"
             )
         shares.append((token, depth, share))
-    if sum(share for *_, share in shares) >= 1:
-        raise UsageError(f"--sample_shares {' '.join(items)}: the shares add up to 1 or more; nothing else is drawn")
+    if sum(share for *_, share in shares) > 1 + 1e-9:
+        raise UsageError(f"--sample_shares {' '.join(items)}: the shares add up to more than 1")
     return shares
 
 
@@ -293,7 +293,7 @@ def shared_weights(weights: torch.Tensor, first_tokens, depths, shares) -> torch
             )
         result[group] = share * weights[group] / weights[group].sum()
         claimed |= group
-    rest = 1 - sum(share for *_, share in shares)
+    rest = max(0.0, 1 - sum(share for *_, share in shares))
     if (~claimed).any():
         result[~claimed] = rest * weights[~claimed] / weights[~claimed].sum()
     return result
