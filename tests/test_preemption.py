@@ -5,6 +5,7 @@ in real processes run by the chunk driver: tests/test_gpu_release.py.)"""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,6 +114,24 @@ def test_a_run_cut_into_chunks_ends_with_the_weights_of_the_uninterrupted_run(tm
     training = json.loads((chunked / "run_config.json").read_text())["training"]
     assert training["chunks"] == 5 and training["steps"] == 40, "the run record counts the chunks' training time"
     assert not (chunked / STOPPED_FILE).exists(), "a finished run leaves no stop record"
+
+
+def test_a_run_resumed_from_its_final_checkpoint_trains_no_step_more_and_exports_the_same_model(tmp_path):
+    """Killed after its last checkpoint (step 40, in the middle of an epoch), during the final evaluation or export,
+    and run again with --resume_from_checkpoint auto: it trains nothing (Trainer alone would train step 41) and
+    exports the model the uninterrupted run exported."""
+    train = load_script("training/train.py")
+    run = tmp_path / "run"
+    train.main(TINY + ["--output_dir", str(run)])
+    exported = weights(run / "export" / "model.safetensors")
+    for name in ("export", "model.safetensors", "eval_results.json", "trainer_state.json", "all_results.json"):
+        path = run / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()  # what a kill during the export leaves
+    train.main(TINY + ["--output_dir", str(run), "--resume_from_checkpoint", "auto"])
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 40, "no step past max_steps"
+    assert not (run / "checkpoint-41").exists()
+    again = weights(run / "export" / "model.safetensors")
+    assert all(torch.equal(again[name], exported[name]) for name in exported), "the uninterrupted run's export"
 
 
 def run_train(args: list[str], **kwargs) -> subprocess.CompletedProcess:

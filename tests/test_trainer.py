@@ -35,6 +35,14 @@ def test_the_overridden_private_methods_keep_their_signatures():
         "_get_train_sampler": ["self", "train_dataset"],
         "_determine_best_metric": ["self", "metrics", "trial"],
         "_push_from_checkpoint": ["self", "checkpoint_folder"],
+        "_init_training_state": [
+            "self",
+            "max_steps",
+            "num_update_steps_per_epoch",
+            "num_train_epochs",
+            "resume_from_checkpoint",
+            "trial",
+        ],
         "save_model": ["self", "output_dir", "_internal_call"],
     }.items():
         assert callable(getattr(Trainer, name, None)), f"Trainer.{name} is gone: NDRTrainer's override is dead code"
