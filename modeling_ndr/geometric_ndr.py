@@ -212,6 +212,16 @@ def _build_lock(name: str):
         yield
 
 
+def _kernel_built(name: str) -> bool:
+    """Whether torch's extension cache already holds the kernel `name` (a build then only loads it)."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory  # private: at worst the message shows again
+
+        return os.path.isfile(os.path.join(_get_build_directory(name, verbose=False), f"{name}.so"))
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def load_cpu_kernel():
     """The compiled CPU kernel module, building it on first use (cached by torch in `~/.cache/torch_extensions`), or
     `None` if it cannot be built here (no C++ compiler, no OpenMP, or no `geometric_ndr_cpu.cpp` next to this file)."""
@@ -232,6 +242,11 @@ def load_cpu_kernel():
                 flags = _ISA_FLAGS.get(capability, [])
                 name = _kernel_name(source, capability, flags)
                 with _build_lock(name):
+                    if not _kernel_built(name):  # a first use on this machine is otherwise ~30 s of silence
+                        logger.warning(
+                            "building the geometric-attention CPU kernel for this machine (once: about 30 s, then "
+                            "cached by torch in ~/.cache/torch_extensions)"
+                        )
                     module = load_inline(
                         name=name,
                         cpp_sources=source,
