@@ -112,7 +112,9 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     """The run once its output folder is locked: the remaining checks, data, model, training, evaluation, export."""
     # stops the run with a checkpoint (exit 75) after --max_wall_minutes counted from here, or on SIGTERM/SIGUSR1
     time_box = TimeBoxCallback(run_args.max_wall_minutes, run_args.max_chunk_steps)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    # INFO from the main process only (with several processes every line came once per process), warnings from all
+    level = logging.INFO if training_args.should_log else logging.WARNING
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=level)
     transformers.utils.logging.set_verbosity(training_args.get_process_log_level())
     if training_args.disable_tqdm:  # Trainer's bars, and those of loading, saving and mapping the data
         transformers.utils.logging.disable_progress_bar()
@@ -271,7 +273,9 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         )
         if results:
             last = list(results)[-1]  # ood_test for the paper's tasks
-            print(f"{last} accuracy: {results[last]['accuracy']:.4f}")
+            steps = model.config.eval_num_hidden_layers or model.config.num_hidden_layers
+            print(f"{last} accuracy: {results[last]['accuracy']:.4f} (the selected checkpoint as Trainer evaluated "
+                  f"it: {steps} fixed steps, {describe_precision(training_args)})")  # fmt: skip
         print(f"trained in {describe_precision(training_args)} on {run_config.get('machine', training_args.device)}")
         if (adaptive_summary := export_summary(export_dir)) is not None:  # CTL: fixed against adaptive steps
             print("\n" + adaptive_summary + "\n")

@@ -83,11 +83,20 @@ def evaluation_rows(task: dict, n_eval: int | None = None) -> dict[str, list[dic
     Returns:
         `{split: [{"text", "label", "depth"}, ...]}`, labels as class indices of `task_label_names("ctl")`.
     """
-    from .. import load_task  # datasets: imported when a study runs
+    import datasets  # imported when a study runs
+
+    from .. import load_task
 
     seed, direction = task.get("task_seed") or 0, task.get("direction") or "forward"
     n_eval = n_eval or task.get("n_eval") or 1000
-    data = load_task("ctl", seed=seed, n_train=72, n_eval=n_eval, direction=direction)  # 72: depth 1, the least
+    quiet = datasets.is_progress_bar_enabled()  # the study runs after train.py's results: no stray progress bars
+    if quiet:
+        datasets.disable_progress_bars()
+    try:
+        data = load_task("ctl", seed=seed, n_train=72, n_eval=n_eval, direction=direction)  # 72: depth 1, the least
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
     rows = {split: data[split].to_list() for split in ("iid_test", "ood_valid", "ood_test")}
     rows[DEEPER_SPLIT] = ctl_compositions(DEEPER_DEPTHS, n_eval, seed=seed, direction=direction,
                                           sample_seed=DEEPER_SAMPLE_SEED)  # fmt: skip
@@ -282,7 +291,9 @@ def export_summary(export_dir: str) -> str | None:
     ]
     summary = (
         f"The export runs adaptive steps as loaded: threshold {selection['adaptive_threshold']} (chosen on "
-        f"{selection['split']}), at most {selection['max_adaptive_steps']} steps."
+        f"{selection['split']}), at most {selection['max_adaptive_steps']} steps. Its accuracy as loaded is the "
+        "`adaptive` column, evaluated in float32 (the `fixed` column can differ from the training-time evaluation "
+        "above in its last digits where that ran under bf16 autocast)."
     )
     columns = ["split", f"fixed {fixed_steps} steps", "adaptive", "adaptive: mean steps"]
     return "\n\n".join([summary, markdown_table(per_split, columns), table])

@@ -142,13 +142,14 @@ class TimeBoxCallback(TrainerCallback):
         if state.is_world_process_zero:  # a stale marker would make a driver take a later failure for a stop
             _remove(os.path.join(args.output_dir, STOPPED_FILE))
         self._install_handlers()
-        limits = [f"{self.max_wall_minutes:g} min wall clock"] if self.max_wall_minutes else []
-        limits += [f"{self.max_chunk_steps} steps"] if self.max_chunk_steps else []
-        logger.info(
-            "chunk %d of this run from step %d: stops with a checkpoint (exit %d) after %s%s",
-            self.chunks, state.global_step, EXIT_STOPPED, " or ".join(limits) or "no limit",
-            f", or on {'/'.join(STOP_SIGNALS)}" if self._saved_handlers else "",
-        )  # fmt: skip
+        limits = [f"after {self.max_wall_minutes:g} min wall clock"] if self.max_wall_minutes else []
+        limits += [f"after {self.max_chunk_steps} steps"] if self.max_chunk_steps else []
+        limits += [f"on {'/'.join(STOP_SIGNALS)}"] if self._saved_handlers else []
+        if limits:
+            logger.info(
+                "chunk %d of this run from step %d: stops with a checkpoint (exit %d) %s",
+                self.chunks, state.global_step, EXIT_STOPPED, " or ".join(limits),
+            )  # fmt: skip
 
     def on_step_end(self, args, state, control, **kwargs):
         # the running training time travels in every checkpoint's trainer_state.json (written after this event)
