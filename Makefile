@@ -132,9 +132,9 @@ bench: $(STAMP) ## the benchmarks (benchmarks/run_all.py)
 OUT ?= outputs/gpu_session_out
 NO_CUDA ?=
 GPU_SESSION_ARGS ?=
-# MINUTES from the command line or the environment; else 25 (the release targets' default is theirs)
-SESSION_MINUTES = $(if $(filter file,$(origin MINUTES)),25,$(MINUTES))
-gpu-session: ## a GPU's half hour: CUDA tests, GPU benchmarks, the release furthest from its target, into OUT
+# MINUTES from the command line or the environment; else 9 (the release targets' default is theirs)
+SESSION_MINUTES = $(if $(filter file,$(origin MINUTES)),9,$(MINUTES))
+gpu-session: ## a GPU's MINUTES (default 9): the release furthest from its target first, then CUDA tests and benchmarks, into OUT
 	$(PYTHON) training/gpu_session.py --out $(OUT) --minutes $(SESSION_MINUTES) --release_args '$(GPU_RELEASE_ARGS)' \
 	    $(if $(NO_CUDA),--dry_run) $(GPU_SESSION_ARGS)
 

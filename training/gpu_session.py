@@ -1,6 +1,6 @@
-"""A GPU's half hour in one command (`make gpu-session OUT=<folder> MINUTES=25`; docs/clusters.md).
+"""A GPU's time box in one command (`make gpu-session OUT=<folder> MINUTES=9`; docs/clusters.md).
 
-    python training/gpu_session.py --out OUT --minutes 25 [--release_args "..."] [--steps tests,attention]
+    python training/gpu_session.py --out OUT --minutes 9 [--release_args "..."] [--steps tests,attention]
     python training/gpu_session.py --out OUT --minutes 4 --dry_run --release_args "--preset tiny_gpu_release_test ..."
 
 On a fresh CUDA machine with no network and the image's python (no virtualenv), within `--minutes` of wall clock:
@@ -15,16 +15,19 @@ On a fresh CUDA machine with no network and the image's python (no virtualenv), 
    of the time left, then stops it (its note says so): a hung data step does not take the release's time, and the
    release makes the data it did not finish itself (a partial cache file is never read: `datasets` renames each into
    place once complete);
-3. `tests`: the CUDA tests and the Triton kernels' tests (`pytest -m "gpu or triton"`, what `make test-gpu` runs),
+3. `release`: what `make gpu-release TASK=<task> MINUTES=<its share>` runs (below), first after the data, so that a
+   short time box spends most of itself training the release furthest from its target (ListOps today);
+4. `tests`: the CUDA tests and the Triton kernels' tests (`pytest -m "gpu or triton"`, what `make test-gpu` runs),
    kept as JUnit XML and as text (one line per test, so that a stopped run still says how far it got);
-4. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 200, 50, 512);
-5. `training_step`: `benchmarks/gpu.py`'s training step of the GPU presets, eager against `torch.compile`;
-6. `release`: what `make gpu-release TASK=<task> MINUTES=<the minutes left>` runs (`hub_cards/make_model_repos.py
-   --gpu`, with no make and no virtualenv) for the release furthest below its ood_test target (`furthest_release`),
-   with `--release_args` as its `GPU_RELEASE_ARGS`. It trains a copy of the release, `--models_copy/ndr-<task>/`
-   (under `outputs/`, which git ignores: a device machine keeps it between commands, and a copy of the checkout
-   sent there leaves it alone), made from `hub_cards/models/` where the machine has none yet; `--models_dir` in
-   `--release_args` trains that folder instead.
+5. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 200, 50, 512);
+6. `training_step`: `benchmarks/gpu.py`'s training step of the GPU presets, eager against `torch.compile`.
+
+The `release` step runs `hub_cards/make_model_repos.py --gpu` (with no make and no virtualenv) for the release
+furthest below its ood_test target (`furthest_release`), with `--release_args` as its `GPU_RELEASE_ARGS`; it continues
+the release's own line (one line per release: CPU hours and GPU minutes add up). It trains a copy of the release,
+`--models_copy/ndr-<task>/` (under `outputs/`, which git ignores: a machine keeps it between commands, and a copy of
+the checkout sent there leaves it alone), made from `hub_cards/models/` where the machine has none yet; `--models_dir`
+in `--release_args` trains that folder instead.
 
 Each step has a time limit: its share (`SHARES`) of the time left, among the steps still to run, so that the time a
 step leaves unused goes to the later ones and the last step gets all that is left (`Budget`; `data`, beside them, all
@@ -66,14 +69,14 @@ MIB = 2**20
 # what the machines may hand back
 MAX_FILES, MAX_FILE_BYTES, MAX_TOTAL_BYTES = 8, 16 * MIB, 64 * MIB
 # the ood_test accuracy each GPU release is trained towards (make gpu-release TASK=<task>: hub_cards/models/ndr-<task>)
-TARGETS = {"ctl-forward": 0.99, "ctl-backward": 0.99, "arithmetic": 0.95, "listops": 0.90}
+TARGETS = {"ctl-forward": 0.99, "ctl-backward": 0.99, "arithmetic": 0.95, "listops": 0.95}
 # the steps in their order; `data` runs beside the steps after it (BACKGROUND), until the release (which reads it) or
 # the end of the session
-STEPS = ("install", "data", "tests", "attention", "training_step", "release")
+STEPS = ("install", "data", "release", "tests", "attention", "training_step")
 BACKGROUND = ("data",)
-# each other step's share of the time left among the steps still to run (all five: 10%, 30%, 10%, 20% of the budget,
-# the release the rest); the last step gets whatever is left
-SHARES = {"install": 0.1, "tests": 0.3, "attention": 0.1, "training_step": 0.2, "release": 0.3}
+# each other step's share of the time left among the steps still to run (all five: 5% to install, 65% to the release,
+# which trains first, then 20% to the tests and 5% and 5% to the benchmarks); the last step gets whatever is left
+SHARES = {"install": 0.05, "release": 0.65, "tests": 0.2, "attention": 0.05, "training_step": 0.05}
 # the release (or the end of a command without it) waits for a data step still running at most this share of the time
 # left, then stops it: by then the step has had the tests' and the benchmarks' time beside them, so one still running
 # is more likely hung (a blocking pyarrow/fsspec mismatch) than slow, and the release makes the data the step did not
@@ -580,7 +583,7 @@ def save(record: dict, work: str, out: str, release_dir: str | None, budget: Bud
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="Where the at most 8 files go (new or empty).")
-    parser.add_argument("--minutes", type=float, default=25.0, help="Wall-clock budget of the whole session.")
+    parser.add_argument("--minutes", type=float, default=9.0, help="Wall-clock budget of the whole session.")
     parser.add_argument("--release_args", default="", help="GPU_RELEASE_ARGS of make gpu-release (one string).")
     parser.add_argument("--task", default=None, choices=sorted(TARGETS), help="Release to continue (default: the "
                         "one furthest below its target).")  # fmt: skip
