@@ -13,7 +13,7 @@ from transformers import DataCollatorWithPadding, EvalPrediction, Trainer, Train
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, build_tokenizer
 from modeling_ndr.training import NDRTrainer, depth_weights, load_depth_accuracy, metrics_function
-from modeling_ndr.training.trainer import operator_weights
+from modeling_ndr.training.trainer import SampleShare, operator_weights
 
 
 def tiny_trainer(tmp_path, train_dataset=None, **args) -> NDRTrainer:
@@ -155,22 +155,35 @@ def test_sample_shares_give_a_group_its_share_of_the_draws_and_the_rest_keep_the
     first = [5] * 20 + [6] * 80 + [5] * 450 + [6] * 450
     dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2, token, 3] for token in first]})
     trainer = tiny_trainer(tmp_path, dataset)
-    trainer.sample_shares = [(5, 1, 0.25)]
+    trainer.sample_shares = [SampleShare(5, 1, None, 0.25)]
     drawn = list(trainer._get_train_sampler(dataset))
     group = np.array([first[i] == 5 and depths[i] == 1 for i in drawn])
     assert abs(group.mean() - 0.25) < 0.04, f"the group is {group.mean():.3f} of the draws, not 0.25"
     rest_depths = np.array([depths[i] for i in drawn])[~group]
     # depth balancing gives depth 1 half the mass, a fifth of it the group's: the rest is 0.4 (depth 1) to 0.5
     assert abs((rest_depths == 1).mean() - 0.4 / 0.9) < 0.06, "the rest keep depth balancing's proportions"
-    trainer.sample_shares = [(5, 1, 1.0)]  # a curriculum's first phase: only the group
+    trainer.sample_shares = [SampleShare(5, 1, None, 1.0)]  # a curriculum's first phase: only the group
     assert all(first[i] == 5 and depths[i] == 1 for i in trainer._get_train_sampler(dataset)), "only the group"
+
+
+def test_sample_shares_can_name_a_length_and_a_sample_belongs_to_the_first_share_that_names_it(tmp_path):
+    """'[SM:1:4=0.5' then '[SM:1=0.5': half the draws are the 4-word lists ([SM d d ]), half the other depth-1 ones."""
+    texts = [[2, 5, 9, 9, 7, 3]] * 10 + [[2, 5, 9, 9, 9, 7, 3]] * 90 + [[2, 6, 9, 9, 7, 3]] * 900
+    dataset = Dataset.from_dict({"depth": [1] * 1000, "input_ids": texts})
+    trainer = tiny_trainer(tmp_path, dataset)
+    trainer.sample_shares = [SampleShare(5, 1, 4, 0.5), SampleShare(5, 1, None, 0.5)]
+    drawn = [len(texts[i]) for i in trainer._get_train_sampler(dataset)]
+    assert abs(np.mean(np.array(drawn) == 6) - 0.5) < 0.05, "the 4-word lists: half the draws"
+    assert all(texts[i][1] == 5 for i in trainer._get_train_sampler(dataset)), "shares of 1 in all: only the groups"
 
 
 @pytest.mark.parametrize(
     "items, message",
     [
-        (["[SM:1"], "expected FIRST_TOKEN=SHARE"),
-        (["[SM:x=0.2"], "expected FIRST_TOKEN=SHARE"),
+        (["[SM:1"], "expected FIRST_TOKEN[:DEPTH[:WORDS]]=SHARE"),
+        (["[SM:x=0.2"], "expected FIRST_TOKEN[:DEPTH[:WORDS]]=SHARE"),
+        (["[SM:1:4:2=0.2"], "expected FIRST_TOKEN[:DEPTH[:WORDS]]=SHARE"),
+        (["[SM:1:7=0.2"], "no training sample starts with [SM at depth 1 with 7 words"),
         (["[SM=1.5"], "0 < SHARE <= 1"),
         (["[SM=0.6", "[MIN=0.5"], "add up to more than 1"),
         (["[XX=0.2"], "'[XX' is not a word"),
@@ -186,4 +199,6 @@ def test_bad_sample_shares_are_one_line_naming_the_item(items, message):
     train = Dataset.from_dict({"depth": [1, 2], "input_ids": [tokenizer("[SM 1 2 ]")["input_ids"]] * 2})
     with pytest.raises(UsageError, match=re.escape(message)):
         resolve_sample_shares(items, tokenizer, train)
-    assert resolve_sample_shares(["[SM:1=0.2"], tokenizer, train) == [(tokenizer.convert_tokens_to_ids("[SM"), 1, 0.2)]
+    sm = tokenizer.convert_tokens_to_ids("[SM")
+    assert resolve_sample_shares(["[SM:1=0.2"], tokenizer, train) == [SampleShare(sm, 1, None, 0.2)]
+    assert resolve_sample_shares(["[SM:1:4=0.2"], tokenizer, train) == [SampleShare(sm, 1, 4, 0.2)]

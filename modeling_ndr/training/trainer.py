@@ -12,7 +12,9 @@ Use them in your own Trainer script:
                          compute_metrics=metrics_function(load_depth_accuracy()), balance_depths=True)
 """
 
+import dataclasses
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -109,9 +111,9 @@ def add_first_token_column(data):
     )
 
 
-def resolve_sample_shares(items, tokenizer, train) -> list[tuple[int, int | None, float]]:
-    """`--sample_shares` as `(first token id, depth or None, share)`, checked against the tokenizer and the training
-    set: an unknown token, a depth without a depth column, or a group with no training sample is one `UsageError`.
+def resolve_sample_shares(items, tokenizer, train) -> list["SampleShare"]:
+    """`--sample_shares` with token ids, checked against the tokenizer and the training set: an unknown token, a depth
+    without a depth column, or a group with no training sample is one `UsageError` naming it.
 
     Args:
         items: the flag's values.
@@ -119,27 +121,26 @@ def resolve_sample_shares(items, tokenizer, train) -> list[tuple[int, int | None
         train: the encoded training set (`input_ids`, and `depth` where the data has depths).
 
     Returns:
-        The triples `NDRTrainer(sample_shares=...)` takes.
+        The `SampleShare`s `NDRTrainer(sample_shares=...)` takes.
     """
     shares = parse_sample_shares(items)
     if not shares:
         return []
     vocabulary = tokenizer.get_vocab()
-    first_tokens = np.array([ids[1] if len(ids) > 1 else -1 for ids in train["input_ids"]])
-    depths = np.asarray(train["depth"]) if "depth" in train.column_names else None
-    resolved = []
-    for token, depth, share in shares:
-        if token not in vocabulary:
-            raise UsageError(f"--sample_shares: {token!r} is not a word of the tokenizer's vocabulary")
-        if depth is not None and depths is None:
-            raise UsageError(f"--sample_shares {token}:{depth}: the data has no depths (your data: --depth_column)")
-        group = first_tokens == vocabulary[token]
-        if depth is not None:
-            group &= depths == depth
+    for share in shares:
+        if share.token not in vocabulary:
+            raise UsageError(f"--sample_shares: {share.token!r} is not a word of the tokenizer's vocabulary")
+        if share.depth is not None and "depth" not in train.column_names:
+            raise UsageError(f"--sample_shares {share.token}:{share.depth}: the data has no depths (--depth_column)")
+    resolved = [dataclasses.replace(share, token=vocabulary[share.token]) for share in shares]
+    ids = train["input_ids"]
+    first_tokens = [row[1] if len(row) > 1 else -1 for row in ids]
+    depths = train["depth"] if "depth" in train.column_names else None
+    for share, group in zip(shares, share_groups(first_tokens, depths, [len(row) for row in ids], resolved)):
         if not group.any():
-            where = f" at depth {depth}" if depth is not None else ""
-            raise UsageError(f"--sample_shares: no training sample starts with {token}{where}")
-        resolved.append((vocabulary[token], depth, share))
+            where = "".join([f" at depth {share.depth}" if share.depth is not None else "",
+                             f" with {share.words} words" if share.words is not None else ""])  # fmt: skip
+            raise UsageError(f"--sample_shares: no training sample starts with {share.token}{where}")
     return resolved
 
 
@@ -234,66 +235,93 @@ class BalancedSampler(torch.utils.data.Sampler):
         return iter(order)
 
 
-def parse_sample_shares(items) -> list[tuple[str, int | None, float]]:
-    """`--sample_shares` items, `TOKEN=SHARE` or `TOKEN:DEPTH=SHARE` (e.g. `[SM:1=0.25`), as `(token, depth, share)`.
+@dataclass(frozen=True)
+class SampleShare:
+    """One `--sample_shares` group: the training samples whose first token (after [BOS]) is `token` and, where given,
+    whose depth is `depth` and whose text has `words` words, drawn as `share` of all draws."""
+
+    token: str | int
+    depth: int | None
+    words: int | None
+    share: float
+
+
+def parse_sample_shares(items) -> list[SampleShare]:
+    """`--sample_shares` items, `TOKEN[:DEPTH[:WORDS]]=SHARE` (e.g. `[SM:1=0.25`: [SM lists of depth 1; `[SM:1:4=0.1`:
+    those of 4 words, `[SM d d ]`).
 
     Args:
         items: the flag's values (strings).
 
     Returns:
-        One `(first token, depth or None, share)` per item; a `UsageError` naming the item if it is malformed, a share
-        is not in (0, 1], or the shares add up to more than 1 (shares of 1 in all: only those groups are drawn).
+        One `SampleShare` per item, in their order; a `UsageError` naming the item if it is malformed, a share is not
+        in (0, 1], or the shares add up to more than 1 (shares of 1 in all: only those groups are drawn).
     """
     shares = []
     for item in items or ():
         group, equals, value = item.rpartition("=")
-        token, colon, depth = group.rpartition(":") if ":" in group else (group, "", "")
+        token, *numbers = group.split(":")
         try:
             share = float(value)
-            depth = int(depth) if colon else None
+            depth, words = (([int(n) for n in numbers]) + [None, None])[:2] if len(numbers) <= 2 else (None, None)
+            ok = len(numbers) <= 2 and all(n is None or n >= 0 for n in (depth, words))
         except ValueError:
-            share = None
-        if not equals or not token or share is None or not 0 < share <= 1:
+            share, ok = None, False
+        if not equals or not token or share is None or not ok or not 0 < share <= 1:
             raise UsageError(
-                f"--sample_shares {item!r}: expected FIRST_TOKEN=SHARE or FIRST_TOKEN:DEPTH=SHARE with 0 < SHARE <= 1 "
-                "(e.g. '[SM:1=0.25': a quarter of the draws are [SM lists of depth 1; '[SM:1=1': only those)"
+                f"--sample_shares {item!r}: expected FIRST_TOKEN[:DEPTH[:WORDS]]=SHARE with 0 < SHARE <= 1 (e.g. "
+                "'[SM:1=0.25': a quarter of the draws are [SM lists of depth 1; '[SM:1=1': only those)"
             )
-        shares.append((token, depth, share))
-    if sum(share for *_, share in shares) > 1 + 1e-9:
+        shares.append(SampleShare(token, depth, words, share))
+    if sum(share.share for share in shares) > 1 + 1e-9:
         raise UsageError(f"--sample_shares {' '.join(items)}: the shares add up to more than 1")
     return shares
 
 
-def shared_weights(weights: torch.Tensor, first_tokens, depths, shares) -> torch.Tensor:
-    """`weights` changed so that each group of `shares` gets its share of the draws (`--sample_shares`), and every
-    other sample the rest in proportion to its weight. A ListOps recipe keeps flat `[SM` lists (depth 1) at a quarter
-    of the draws while the whole `train` split trains (docs/results/listops-recipes.md).
+def share_groups(first_tokens, depths, lengths, shares) -> list[np.ndarray]:
+    """Each share's group as a boolean mask over the samples; a sample belongs to the first share that names it.
+
+    Args:
+        first_tokens: each sample's first token id (after [BOS]).
+        depths: each sample's depth (None: the shares name no depth).
+        lengths: each sample's length in tokens, [BOS] and [EOS] included (a text of w words: w + 2).
+        shares: `SampleShare`s whose `token` is an id.
+    """
+    first_tokens, claimed, groups = np.asarray(first_tokens), np.zeros(len(first_tokens), dtype=bool), []
+    for share in shares:
+        group = first_tokens == share.token
+        if share.depth is not None:
+            group &= np.asarray(depths) == share.depth
+        if share.words is not None:
+            group &= np.asarray(lengths) == share.words + 2
+        group &= ~claimed
+        claimed |= group
+        groups.append(group)
+    return groups
+
+
+def shared_weights(weights: torch.Tensor, groups: list[np.ndarray], shares: list[SampleShare]) -> torch.Tensor:
+    """`weights` changed so that each group (`share_groups`) gets its share of the draws (`--sample_shares`), and
+    every other sample the rest in proportion to its weight. A ListOps recipe keeps flat `[SM` lists (depth 1) at a
+    quarter of the draws while the whole `train` split trains (docs/results/listops-recipes.md).
 
     Args:
         weights: one sampling weight per sample (uniform, `depth_weights` or `operator_weights`).
-        first_tokens: each sample's first token id (after [BOS]).
-        depths: each sample's depth (None: shares must not name a depth).
-        shares: `(first token id, depth or None, share)` triples (`parse_sample_shares`, tokens as ids).
+        groups: one boolean mask per share, disjoint.
+        shares: the `SampleShare`s.
 
     Returns:
         A float64 tensor of one weight per sample, summing to 1.
     """
     weights = weights.double() / weights.sum()
-    first_tokens = torch.as_tensor(np.asarray(first_tokens))
-    depths = None if depths is None else torch.as_tensor(np.asarray(depths))
     result, claimed = weights.clone(), torch.zeros(len(weights), dtype=torch.bool)
-    for token, depth, share in shares:
-        group = first_tokens == token
-        if depth is not None:
-            group &= depths == depth
-        group &= ~claimed
+    for mask, share in zip(groups, shares):
+        group = torch.as_tensor(mask)
         if not group.any():
-            raise ValueError(
-                f"no training sample in the group of share {share} (first token id {token}, depth {depth})"
-            )
-        result[group] = share * weights[group] / weights[group].sum()
+            raise ValueError(f"no training sample in the group of {share}")
+        result[group] = share.share * weights[group] / weights[group].sum()
         claimed |= group
-    rest = max(0.0, 1 - sum(share for *_, share in shares))
+    rest = max(0.0, 1 - sum(share.share for share in shares))
     if (~claimed).any():
         result[~claimed] = rest * weights[~claimed] / weights[~claimed].sum()
     return result
@@ -310,12 +338,12 @@ def balanced_sampler(dataset, args, balance_depths: bool = True, balance_operato
         args: the run's `TrainingArguments` (seed, batch size, accumulation, sampling strategy).
         balance_depths: draw every depth equally often.
         balance_operators: draw every operator equally often within a depth (`operator_weights`).
-        shares: `(first token id, depth or None, share)` triples (`--sample_shares`).
+        shares: `SampleShare`s with token ids (`--sample_shares`, `resolve_sample_shares`).
 
     Returns:
         A `BalancedSampler` of `len(dataset)` indices per epoch.
     """
-    first_tokens = None
+    first_tokens, lengths = None, [len(ids) for ids in dataset["input_ids"]]
     if balance_operators or shares:
         first_tokens = [ids[1] if len(ids) > 1 else -1 for ids in dataset["input_ids"]]
     depths = dataset["depth"] if "depth" in dataset.column_names else None
@@ -326,10 +354,9 @@ def balanced_sampler(dataset, args, balance_depths: bool = True, balance_operato
     else:
         weights = torch.ones(len(dataset), dtype=torch.double)
     if shares:
-        weights = shared_weights(weights, first_tokens, depths, shares)
+        weights = shared_weights(weights, share_groups(first_tokens, depths, lengths, shares), shares)
     if args.train_sampling_strategy != "group_by_length":
         return BalancedSampler(weights, args.seed)
-    lengths = [len(ids) for ids in dataset["input_ids"]]
     batch_size = args.train_batch_size * args.gradient_accumulation_steps  # as Trainer's grouping
     return BalancedSampler(weights, args.seed, lengths, batch_size)
 
@@ -354,8 +381,8 @@ class NDRTrainer(Trainer):
     Args:
         balance_depths: draw training samples uniformly over the `depth` column (see `balanced_sampler`).
         balance_operators: draw every operator (first token) equally often within each depth (`operator_weights`).
-        sample_shares: `(first token id, depth or None, share)` triples: each group gets its share of the draws
-            (`shared_weights`; `--sample_shares`).
+        sample_shares: `SampleShare`s with token ids: each group gets its share of the draws (`shared_weights`;
+            `--sample_shares`).
         *args: `Trainer`'s positional arguments.
         **kwargs: `Trainer`'s keyword arguments.
     """
