@@ -34,3 +34,21 @@ def test_plot_routing_marks_where_an_adaptive_sample_stops(tmp_path):
     assert "stops after step 5" in figure._suptitle.get_text(), "the title says where the sample stopped"
     assert len(figure.axes) == 1 + 5 + 1, "the steps up to the stop are drawn"
     assert any(line.get_color() == "red" for line in figure.axes[0].lines), "a red line marks the stop"
+
+
+def test_first_token_curves_follow_each_operator_as_training_goes(tmp_path):
+    """`--eval_by_first_token` logs `eval_<split>_accuracy_first_<token>[_depth_<d>]`; the curves are read back per
+    token and drawn per run (ListOps: when [SM leaves chance)."""
+    from modeling_ndr.plotting import first_token_curves, plot_first_token_curves
+
+    state = {"log_history": [
+        {"step": 250, "eval_iid_test_accuracy_first_SM": 0.1, "eval_iid_test_accuracy_first_SM_depth_1": 0.05,
+         "eval_iid_test_accuracy_first_MIN": 0.6, "eval_ood_test_accuracy_first_SM": 0.1},
+        {"step": 500, "eval_iid_test_accuracy_first_SM": 0.3, "eval_iid_test_accuracy_first_SM_depth_1": 0.9,
+         "eval_iid_test_accuracy_first_MIN": 0.8, "loss": 1.0},
+    ]}  # fmt: skip
+    curves = first_token_curves(state, "iid_test")
+    assert curves == {"SM": [(250, 0.1), (500, 0.3)], "SM_depth_1": [(250, 0.05), (500, 0.9)],
+                      "MIN": [(250, 0.6), (500, 0.8)]}  # fmt: skip
+    plot_first_token_curves({"a run": (state, 128)}, path=tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 5000, "a figure was drawn"
