@@ -399,3 +399,45 @@ def test_a_continuation_signalled_to_stop_passes_the_signal_to_its_chunk_and_wai
     assert parent.returncode == 0 and "chunk exit 75" in out, (
         f"the continuation waits for the chunk's checkpoint and goes on (exit {parent.returncode}, {out!r})"
     )
+
+
+def test_two_continuations_of_a_listops_line_add_up_to_one_run_and_its_recipe_is_kept(tmp_path):
+    """The ListOps line's recipe (flat [SM lists at a quarter of the draws, accuracy per root operator), tiny: 4 + 4
+    steps in two continuations give the weights of 8 steps in one run, the curves per operator are in the line's
+    state, and a continuation whose preset changes the recipe (another share of [SM lists) is one line naming the
+    field, nothing changed."""
+    preset = tmp_path / "listops_line.yaml"  # the line's preset, edited between two continuations below
+    preset.write_text("base: tiny_listops_line_test\n")
+    preset = str(preset)
+
+    def continue_listops(chunk_steps, asked=preset):
+        release = repos.Release(preset, "line")
+        return repos.continue_line("ndr-listops", release, None, COMMAND, processes=1, preset=asked,
+                                   outputs_dir=str(tmp_path / "out"), models_dir=str(tmp_path / "models"),
+                                   warm_start=False, chunk_steps=chunk_steps,
+                                   env=dict(os.environ, OMP_NUM_THREADS="1"))  # fmt: skip
+
+    assert continue_listops(4)["step"] == 4
+    Path(preset).write_text("base: tiny_listops_line_test\nsample_shares: ['[SM:1=0.5']\n")  # the recipe changed
+    before = snapshot(tmp_path / "models")
+    with pytest.raises(UsageError, match=r"sample_shares=.*in the line's recipe, \['\[SM:1=0.5'\] in preset"):
+        continue_listops(2)
+    assert snapshot(tmp_path / "models") == before, "a refused continuation changes nothing"
+    Path(preset).write_text("base: tiny_listops_line_test\n")
+    summary = continue_listops(None)
+    assert summary["step"] == 8 and summary["finished"], summary
+    whole = subprocess.run(
+        COMMAND + ["--preset", preset, "--output_dir", str(tmp_path / "whole"), "--disable_tqdm", "true"],
+        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    last = tmp_path / "models" / "ndr-listops" / "last-checkpoint"
+    chunked, uninterrupted = (
+        load_file(last / "model.safetensors"),
+        load_file(tmp_path / "whole" / "checkpoint-8" / "model.safetensors"),
+    )
+    for key in chunked:
+        assert torch.equal(chunked[key], uninterrupted[key]), f"{key}: 4 + 4 steps differ from 8 steps in one run"
+    state = json.loads((last / "trainer_state.json").read_text())
+    logged = {key for entry in state["log_history"] for key in entry}
+    assert {"eval_iid_test_accuracy_first_SM", "eval_iid_test_accuracy_first_SM_depth_1"} <= logged, sorted(logged)
