@@ -4,8 +4,8 @@
 
 The folder holds `config.json` (with `auto_map` and `id2label`), `model.safetensors`, the tokenizer files, the
 modeling code for `trust_remote_code=True`, and a `README.md` model card rendered from
-`hub_cards/model_card_template.md`. `eval_results.json` and `run_config.json` are read from the checkpoint folder
-or its parent (where `train.py` writes them) and copied along.
+`modeling_ndr/templates/model_card_template.md` (package data). `eval_results.json` and `run_config.json` are read
+from the checkpoint folder or its parent (where `train.py` writes them) and copied along.
 """
 
 import argparse

@@ -2,8 +2,8 @@
 
 The folder holds `config.json` (with `auto_map` and `id2label`), `model.safetensors`, the tokenizer files, the
 modeling code for `trust_remote_code=True`, and a `README.md` model card rendered from
-`hub_cards/model_card_template.md`. `eval_results.json` and `run_config.json` are read from the checkpoint folder
-or its parent (where `train.py` writes them) and copied along.
+`modeling_ndr/templates/model_card_template.md` (package data). `eval_results.json` and `run_config.json` are read
+from the checkpoint folder or its parent (where `train.py` writes them) and copied along.
 
 A model of the paper's CTL task is exported with adaptive steps on (`adaptive.adaptive_study`): the threshold is
 chosen on `ood_valid`, the exported `config.json` asks for adaptive steps, and the exported `eval_results.json` holds
@@ -13,6 +13,7 @@ record under `adaptive_steps`. Where fixed steps are more accurate on `ood_valid
 trained and only the record is added.
 """
 
+import importlib.resources
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from .atomic import atomic_folder, check_replaceable
 from .presets import REPO_ROOT
 
 
-TEMPLATE = os.path.join(REPO_ROOT, "hub_cards", "model_card_template.md")
+TEMPLATE = str(importlib.resources.files("modeling_ndr") / "templates" / "model_card_template.md")  # package data
 TASK_TITLES = {
     "ctl": "compositional table lookup ({direction})",
     "arithmetic": "simple arithmetic modulo 10",

@@ -30,6 +30,7 @@ buffers are unused by the official forward and not converted.
 """
 
 import hashlib
+import importlib.resources
 import json
 import os
 
@@ -42,11 +43,11 @@ from ..tokenization_ndr import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, UNK_TOKEN, word_
 from .atomic import atomic_folder, check_replaceable
 from .errors import UsageError, first_line
 from .export import EXPORT_FILES, VARIANT_FIELDS, variant_description
-from .presets import REPO_ROOT, read_variant
+from .presets import read_variant
 
 
 OFFICIAL_REPOSITORY = "https://github.com/RobertCsordas/ndr"
-CARD_TEMPLATE = os.path.join(REPO_ROOT, "hub_cards", "official_model_card_template.md")
+CARD_TEMPLATE = str(importlib.resources.files("modeling_ndr") / "templates" / "official_model_card_template.md")
 # `state` of a checkpoint is this class, a dict subclass: read as a dict, nothing of it is imported
 DOTDICT = "framework.data_structures.dotdict.DotDict"
 

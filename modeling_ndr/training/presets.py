@@ -20,6 +20,7 @@ fields. Precedence, later wins:
 `variant_flags` gives the flags of 3 and 4 (they become parser defaults, over the preset's); `read_variant` gives the
 NDRConfig fields of 2 to 4 (`config_values` puts the command line and the overrides over them)."""
 
+import importlib.resources
 import os
 import warnings
 from dataclasses import fields
@@ -30,8 +31,11 @@ from ..configuration_ndr import NDRConfig
 from .errors import UsageError, first_line
 
 
+# the checkout holding this package, if it is one (paths on a card are written relative to it)
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGURATION_DIR = os.path.join(REPO_ROOT, "configuration")
+# the presets travel with the package (package data: in the checkout `modeling_ndr/configuration` is a link to the
+# top-level `configuration/`), so an installed copy finds them outside the checkout too
+CONFIGURATION_DIR = str(importlib.resources.files("modeling_ndr") / "configuration")
 VARIANT_DIR = os.path.join(CONFIGURATION_DIR, "variants")
 # old preset name -> new name; the old names work until the release after 0.3 (with a FutureWarning)
 RENAMED_PRESETS = {
