@@ -124,7 +124,7 @@ test-image-versions: ## make test's suite with the GPU image's library versions,
 bench: $(STAMP) ## the benchmarks (benchmarks/run_all.py)
 	$(BIN)/python benchmarks/run_all.py
 
-# a GPU's half hour (docs/clusters.md): on a CUDA machine with no network, with its own python (no make setup), the
+# a GPU's time box (docs/clusters.md): on a CUDA machine with no network, with its own python (no make setup), the
 # wheels of .whl/ it lacks (../shared/gpu/fetch_wheels.sh), the CUDA and Triton tests, the GPU benchmarks and what
 # make gpu-release runs (its script, no make) on a copy of the release furthest from its target kept under outputs/,
 # each step time-boxed; OUT gets at most 8 files of at most 16 MiB.
@@ -151,7 +151,7 @@ release: $(STAMP) ## the released models in hub_cards/models/ (trains the runs t
 # MINUTES, keep the new last-checkpoint/, and replace the release only when ood_valid improved (docs/training.md).
 # release-continue trains on this CPU (2 gloo processes, configuration/<task>_cpu_continue.yaml); gpu-release on this
 # machine's GPUs: the line's own recipe and global batch (the task's GPU preset, the paper's recipe, where the release
-# has no line), so separate GPU half hours add up to one run. release-cooldown: a branch of the line whose learning
+# has no line), so separate GPU windows add up to one run. release-cooldown: a branch of the line whose learning
 # rate decays to 0, released if it is better; the line stays where it is.
 TASK ?= listops
 MINUTES ?= 60

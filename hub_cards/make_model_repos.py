@@ -20,7 +20,7 @@ that line on this CPU (two gloo processes, the task's `*_cpu_continue` preset) f
 `last-checkpoint/`, and replaces the release only when `ood_valid` improved. `--gpu TASK --minutes M` (`make
 gpu-release`) does the same on this machine's GPUs: it continues the release's line whatever device started it (its
 recipe and global batch), and a release without a line starts one of the task's GPU preset
-(`configuration/<task>_gpu.yaml`, the paper's recipe) from a new model; two separate GPU half hours add up to one run.
+(`configuration/<task>_gpu.yaml`, the paper's recipe) from a new model; two separate GPU windows add up to one run.
 A line of another recipe (`--preset`) is refused in one line; `--switch_recipe` starts a new line of the asked recipe.
 `--cooldown TASK --steps N` (`make release-cooldown`, `modeling_ndr.training.cooldown`) trains a branch of the line in
 which the learning rate decays to zero over N steps, and releases its best checkpoint if `ood_valid` is at least the

@@ -281,7 +281,7 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
 
     def chosen_release() -> tuple[str | None, dict | None, str | None]:
         """The task (None: every release is at its target), every task's distance to its target, and the folder
-        trained. Chosen among the checkout's releases, the same in every command of a half hour."""
+        trained. Chosen among the checkout's releases, the same in every command of a window."""
         task, gaps = (args.task, None) if args.task else furthest_release(options.models_dir or RELEASES_DIR)
         return task, gaps, task and os.path.join(options.models_dir or args.models_copy, f"ndr-{task}")
 

@@ -1,5 +1,5 @@
 """Releases that keep training: a release folder carries the state of its training line, and `continue_release`
-resumes that line for a time box wherever compute is free (a CPU between other jobs, a GPU's half hour), so separate
+resumes that line for a time box wherever compute is free (a CPU between other jobs, a GPU's short window), so separate
 stretches of compute add up to one run.
 
 A release folder (`hub_cards/models/ndr-<task>/`, the folder its Hub repository holds):
