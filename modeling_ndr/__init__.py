@@ -1,8 +1,9 @@
 """ndr: the Neural Data Router for the Hugging Face ecosystem.
 
-Importing this package registers `NDRConfig` and the NDR models with `AutoConfig`, `AutoModel` and
-`AutoModelForSequenceClassification`, and makes `save_pretrained` write an `auto_map` (plus the modeling code) so a
-saved model also loads with `trust_remote_code=True` where this package is not installed.
+Importing this package registers `NDRConfig` and the NDR models with `AutoConfig`, `AutoModel`,
+`AutoModelForSequenceClassification` and `AutoModelForTokenClassification`, and makes `save_pretrained` write an
+`auto_map` (plus the modeling code) so a saved model also loads with `trust_remote_code=True` where this package is
+not installed.
 
 The package holds what a hub model folder holds (configuration, modeling, tokenization) and its registration; the
 paper's tasks (`modeling_ndr.tasks`, which needs `datasets`) and the routing plot (`modeling_ndr.plotting`, which needs
@@ -11,15 +12,17 @@ matplotlib) are imported only when one of their names is used, so `import modeli
 
 import importlib
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from .configuration_ndr import NDRConfig
 from .modeling_ndr import (
     NDRForSequenceClassification,
+    NDRForTokenClassification,
     NDRModel,
     NDRModelOutput,
     NDRPreTrainedModel,
     NDRSequenceClassifierOutput,
+    NDRTokenClassifierOutput,
     geometric_attention_weights,
 )
 from .tokenization_ndr import build_tokenizer, extend_tokenizer
@@ -30,9 +33,11 @@ __version__ = "0.2.0"
 AutoConfig.register("ndr", NDRConfig)
 AutoModel.register(NDRConfig, NDRModel)
 AutoModelForSequenceClassification.register(NDRConfig, NDRForSequenceClassification)
+AutoModelForTokenClassification.register(NDRConfig, NDRForTokenClassification)
 NDRConfig.register_for_auto_class()
 NDRModel.register_for_auto_class("AutoModel")
 NDRForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+NDRForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 
 # name -> submodule, imported on first use (PEP 562)
 _LAZY_NAMES = {
@@ -62,8 +67,10 @@ __all__ = [
     "NDRPreTrainedModel",
     "NDRModel",
     "NDRForSequenceClassification",
+    "NDRForTokenClassification",
     "NDRModelOutput",
     "NDRSequenceClassifierOutput",
+    "NDRTokenClassifierOutput",
     "geometric_attention_weights",
     "build_tokenizer",
     "extend_tokenizer",

@@ -36,6 +36,7 @@ AUTO_MAP = {
     "AutoConfig": "configuration_ndr.NDRConfig",
     "AutoModel": "modeling_ndr.NDRModel",
     "AutoModelForSequenceClassification": "modeling_ndr.NDRForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_ndr.NDRForTokenClassification",
 }
 
 

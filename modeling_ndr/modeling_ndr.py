@@ -423,14 +423,18 @@ def check_input_values(
     labels: torch.Tensor | None = None,
     config: NDRConfig | None = None,
     need_a_token: bool = False,
+    token_labels: bool = False,
 ) -> None:
     """The checks that read tensor values: `attention_mask` holds only 0 and 1 (a bool mask needs no check) and, with
-    `need_a_token`, no row without a token; single-label `labels` are class ids of `config`. All of them together cost
+    `need_a_token`, no row without a token; single-label `labels` (and `token_labels`, -100 aside) are class ids of
+    `config`. All of them together cost
     one host sync (on CUDA the CPU waits for the queued work), so `forward` runs them once, and only where
     `may_read_values` allows it; under `torch.compile` they are skipped."""
     if torch.compiler.is_compiling():
         return
-    single_label = labels is not None and is_single_label(labels, config)
+    single_label = labels is not None and (token_labels or is_single_label(labels, config))
+    if single_label and token_labels:
+        labels = labels[labels != -100]  # token labels: -100 is not scored
     bad = []  # one device-side flag per check
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         bad.append(((attention_mask != 0) & (attention_mask != 1)).any())
@@ -697,6 +701,31 @@ class NDRModel(NDRPreTrainedModel):
         return NDRModelOutput(last_hidden_state=hidden_states, num_steps_taken=steps_taken)
 
 
+@dataclass
+class NDRTokenClassifierOutput(ModelOutput):
+    r"""
+    Outputs of [`NDRForTokenClassification`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `(1,)`, *optional*, returned when `labels` are given):
+            The cross-entropy over the labelled tokens (label -100: not scored); with ACT it includes
+            `act_ponder_weight` times the mean ponder cost.
+        logits (`torch.FloatTensor` of shape `(batch, seq, num_labels)`):
+            The classifier's scores of every column (before the softmax).
+        hidden_states, attentions, gates, ponder_cost, halting_steps, num_steps_taken:
+            As in [`NDRModelOutput`].
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    gates: tuple[torch.FloatTensor, ...] | None = None
+    ponder_cost: torch.FloatTensor | None = None
+    halting_steps: torch.LongTensor | None = None
+    num_steps_taken: torch.LongTensor | None = None
+
+
 def readout_positions(attention_mask: torch.Tensor, readout: str) -> torch.LongTensor:
     """Index of the first (`"first"`: [BOS]) or last (`"last"`: [EOS]) real token of every row; works with right
     and left padding. `attention_mask` (batch, seq) → (batch,)."""
@@ -705,6 +734,30 @@ def readout_positions(attention_mask: torch.Tensor, readout: str) -> torch.LongT
     if readout == "first":
         return torch.where(is_token, positions, attention_mask.shape[-1]).min(dim=-1).values
     return torch.where(is_token, positions, -1).max(dim=-1).values
+
+
+def encode_for_head(ndr, input_ids, attention_mask, inputs_embeds, labels, num_steps, adaptive_steps,
+                    token_labels: bool = False, **flags) -> tuple[torch.Tensor, NDRModelOutput]:  # fmt: skip
+    """What a head's forward does before its head: check the inputs (and the labels' values, where it may read them),
+    make the mask boolean, and run the encoder. Returns `(attention_mask (b, n) bool, the encoder's outputs)`."""
+    batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
+    device = (input_ids if input_ids is not None else inputs_embeds).device
+    if may_read_values(ndr.training, device):  # one host sync for all checks
+        check_input_values(attention_mask, labels, ndr.config, need_a_token=True, token_labels=token_labels)
+    if attention_mask is None:
+        attention_mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
+    else:
+        attention_mask = attention_mask != 0  # checked: the encoder need not check it again
+    outputs = ndr(
+        input_ids,
+        attention_mask=attention_mask,
+        inputs_embeds=inputs_embeds,
+        num_steps=num_steps,
+        adaptive_steps=adaptive_steps,
+        return_dict=True,
+        **{name: value for name, value in flags.items() if value is not None},  # None: the config decides
+    )
+    return attention_mask, outputs
 
 
 class NDRForSequenceClassification(NDRPreTrainedModel):
@@ -743,28 +796,11 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         output_hidden_states: bool | None = None,
         output_gates: bool | None = None,
     ) -> NDRSequenceClassifierOutput:
-        batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
-        device = (input_ids if input_ids is not None else inputs_embeds).device
-        if may_read_values(self.training, device):
-            check_input_values(attention_mask, labels, self.config, need_a_token=True)  # one host sync for all checks
-        if attention_mask is None:
-            attention_mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
-        else:
-            attention_mask = attention_mask != 0  # checked: the encoder need not check it again
-        flags = {
-            "output_attentions": output_attentions,
-            "output_hidden_states": output_hidden_states,
-            "output_gates": output_gates,
-        }
-        outputs = self.ndr(
-            input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            num_steps=num_steps,
-            adaptive_steps=adaptive_steps,
-            return_dict=True,
-            **{name: value for name, value in flags.items() if value is not None},  # None: the config decides
-        )
+        attention_mask, outputs = encode_for_head(
+            self.ndr, input_ids, attention_mask, inputs_embeds, labels, num_steps, adaptive_steps,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, output_gates=output_gates,
+        )  # fmt: skip
+        batch = attention_mask.shape[0]
         states = outputs.last_hidden_state  # (b, n, d)
         positions = readout_positions(attention_mask, self.config.readout)  # (b,)
         logits = self.classifier(states[torch.arange(batch, device=states.device), positions])
@@ -786,6 +822,67 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         )
 
 
+class NDRForTokenClassification(NDRPreTrainedModel):
+    """NDR encoder with a linear head on every column: one label per input token (`BertForTokenClassification`'s
+    shape). Labels of -100 are not scored (the special tokens, padding, the positions of a task that carry no answer).
+    """
+
+    def __init__(self, config: NDRConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.ndr = NDRModel(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.ndr.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.ndr.embeddings = value
+
+    @can_return_tuple
+    @auto_docstring(
+        custom_intro="""
+        Classify every token from its column's final state; `labels` of shape `(batch, seq)` hold a class id per
+        token, -100 where nothing is scored.
+        """,
+        custom_args=NDR_FORWARD_ARGS,
+    )
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        num_steps: int | None = None,
+        adaptive_steps: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_gates: bool | None = None,
+    ) -> NDRTokenClassifierOutput:
+        _, outputs = encode_for_head(
+            self.ndr, input_ids, attention_mask, inputs_embeds, labels, num_steps, adaptive_steps, token_labels=True,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, output_gates=output_gates,
+        )  # fmt: skip
+        logits = self.classifier(outputs.last_hidden_state)  # (b, n, labels)
+
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1), ignore_index=-100)
+            if outputs.ponder_cost is not None:
+                loss = loss + self.config.act_ponder_weight * outputs.ponder_cost.mean()
+        return NDRTokenClassifierOutput(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            gates=outputs.gates,
+            ponder_cost=outputs.ponder_cost,
+            halting_steps=outputs.halting_steps,
+            num_steps_taken=outputs.num_steps_taken,
+        )
+
+
 __all__ = [
     # the models and their outputs
     "NDRPreTrainedModel",
@@ -793,6 +890,8 @@ __all__ = [
     "NDRModelOutput",
     "NDRForSequenceClassification",
     "NDRSequenceClassifierOutput",
+    "NDRForTokenClassification",
+    "NDRTokenClassifierOutput",
     # attention: the geometric weights and the metric-tensor and dot-product modules
     "geometric_attention_weights",
     "NDRMetricAttention",

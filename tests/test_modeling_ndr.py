@@ -447,7 +447,8 @@ def test_save_and_reload_gives_identical_outputs(tmp_path):
     assert sum(k.endswith("attention.q_proj.weight") for k in keys) == 1, f"one shared layer is saved once: {keys}"
     assert len(keys) == len(dict(model.named_parameters())), "no tensor is duplicated or missing"
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
-    assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForSequenceClassification"}
+    assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForSequenceClassification",
+                             "AutoModelForTokenClassification"}  # fmt: skip
     reloaded = NDRForSequenceClassification.from_pretrained(tmp_path).eval()
     input_ids, mask = random_batch()
     torch.testing.assert_close(

@@ -100,7 +100,7 @@ def test_the_converted_folder_is_hub_ready_and_names_its_source(converter, tmp_p
     out = tmp_path / "converted"
     convert(converter, tmp_path / "model-30000.pth", out)
     config = json.loads((out / "config.json").read_text())
-    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSequenceClassification"}
+    assert {"AutoConfig", "AutoModel", "AutoModelForSequenceClassification"} <= set(config["auto_map"])
     assert {"model.safetensors", "tokenizer.json", "modeling_ndr.py", "README.md"} <= {p.name for p in out.iterdir()}
     record = json.loads((out / "conversion.json").read_text())
     assert record["iteration"] == 30000 and len(record["sha256"]) == 64, record
