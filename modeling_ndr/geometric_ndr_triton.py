@@ -37,7 +37,7 @@ import math
 
 import torch
 
-from .geometric_ndr import register_kernel_autograd
+from .kernel_autograd_ndr import register_kernel_autograd
 
 
 try:  # optional; transformers' remote-code import check skips imports inside `try`

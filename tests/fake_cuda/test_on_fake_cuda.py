@@ -200,7 +200,8 @@ def test_adaptive_steps_recording_outputs_read_once_per_step_whether_any_sample_
 # ---------------------------------------------------------------------------------------------- the tests' own test
 
 # the files a remote-code copy of the model holds
-MODEL_FILES = ("configuration_ndr.py", "modeling_ndr.py", "attention_ndr.py", "geometric_ndr.py", "dropout_ndr.py")
+MODEL_FILES = ("configuration_ndr.py", "modeling_ndr.py", "attention_ndr.py", "geometric_ndr.py", "dropout_ndr.py",
+               "kernel_autograd_ndr.py")  # fmt: skip
 
 
 def planted_copy(tmp_path, name: str, old: str, new: str):
