@@ -3,16 +3,9 @@ keeps being updated, so it still passes values to the others; halting only ends 
 
 import pytest
 import torch
+from tiny import tiny_config
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel
-
-
-def tiny_config(**overrides) -> NDRConfig:
-    values = dict(vocab_size=12, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_hidden_layers=3,
-                  num_labels=3, hidden_dropout_prob=0.0, attention_dropout=0.0, gate_dropout=0.0)  # fmt: skip
-    values["halting"] = "act"
-    values.update(overrides)
-    return NDRConfig(**values)
 
 
 def ids():
@@ -26,7 +19,7 @@ def test_act_output_against_a_step_by_step_reference(update_halted):
     """3 steps; column 0 halts at step 2 with a remainder, column 1 runs to the cap, column 2 halts at once. The
     reference applies the layer step by step: to every column (update_halted), or only to the running ones."""
     torch.manual_seed(0)
-    model = NDRModel(tiny_config(act_update_halted=update_halted)).eval()
+    model = NDRModel(tiny_config(halting="act", act_update_halted=update_halted)).eval()
     probabilities = iter(torch.tensor([[[0.3, 0.1, 0.995]], [[0.8, 0.1, 0.5]], [[0.5, 0.1, 0.5]]]))
     model.halting.forward = lambda hidden_states: next(probabilities)  # fixed halting probabilities per step
     out = model(ids())
@@ -49,7 +42,7 @@ def test_a_halted_column_still_serves_the_others():
     outputs = {}
     for update_halted in (True, False):
         torch.manual_seed(0)
-        model = NDRModel(tiny_config(act_update_halted=update_halted)).eval()
+        model = NDRModel(tiny_config(halting="act", act_update_halted=update_halted)).eval()
         probabilities = iter(torch.tensor([[[0.3, 0.1, 0.995]], [[0.8, 0.1, 0.5]], [[0.5, 0.1, 0.5]]]))
         model.halting.forward = lambda hidden_states, p=probabilities: next(p)
         outputs[update_halted] = model(ids()).last_hidden_state[0]
@@ -60,7 +53,7 @@ def test_a_halted_column_still_serves_the_others():
 def test_padding_still_never_runs_and_the_default_keeps_released_behaviour():
     assert NDRConfig().act_update_halted is False, "released configs (no such field) load as before"
     torch.manual_seed(0)
-    model = NDRForSequenceClassification(tiny_config(act_update_halted=True)).eval()
+    model = NDRForSequenceClassification(tiny_config(halting="act", act_update_halted=True)).eval()
     padded = torch.cat([ids(), torch.zeros(1, 2, dtype=torch.long)], dim=1)
     mask = torch.tensor([[1, 1, 1, 0, 0]])
     alone, in_padding = model(ids()), model(padded, attention_mask=mask)

@@ -2,21 +2,9 @@
 
 import pytest
 import torch
+from tiny import random_ids, tiny_config
 
-from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel
-
-
-def tiny_config(**overrides) -> NDRConfig:
-    values = dict(vocab_size=12, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_hidden_layers=3,
-                  num_labels=3, hidden_dropout_prob=0.0, attention_dropout=0.0, gate_dropout=0.0)  # fmt: skip
-    values.update(overrides)
-    return NDRConfig(**values)
-
-
-def random_ids(batch, seq, seed):
-    ids = torch.randint(4, 12, (batch, seq), generator=torch.Generator().manual_seed(seed))
-    ids[:, 0], ids[:, -1] = 2, 3
-    return ids
+from modeling_ndr import NDRForSequenceClassification, NDRModel
 
 
 # ----------------------------------------------------------------------------------------------------------- ACT

@@ -22,8 +22,9 @@ import torch
 import yaml
 from test_adaptive_computation import per_sample_changes, threshold_between
 from test_modeling_ndr import brute_force_geometric_attention
+from tiny import tiny_config
 
-from modeling_ndr import NDRConfig, NDRForSequenceClassification, geometric_attention_weights
+from modeling_ndr import NDRForSequenceClassification, geometric_attention_weights
 from modeling_ndr import geometric_ndr as geometric
 from modeling_ndr.dropout_ndr import NDRDropout
 
@@ -64,13 +65,6 @@ def device_kernel(device: torch.device):
             os.environ.pop("NDR_GEOMETRIC_KERNEL")
         else:
             os.environ["NDR_GEOMETRIC_KERNEL"] = before
-
-
-def tiny_config(**overrides) -> NDRConfig:
-    values = dict(vocab_size=12, hidden_size=16, intermediate_size=24, num_attention_heads=2, num_hidden_layers=3,
-                  num_labels=3, hidden_dropout_prob=0.0, attention_dropout=0.0, gate_dropout=0.0)  # fmt: skip
-    values.update(overrides)
-    return NDRConfig(**values)
 
 
 def padded_batch(batch=5, seq=9, seed=0):
