@@ -102,7 +102,7 @@ def test_a_release_larger_than_a_file_is_split_into_parts_that_join_to_it(tmp_pa
     optimizer = os.urandom(20 * MIB)
     (release / "last-checkpoint" / "optimizer.pt").write_bytes(optimizer)
     packed = session.pack(str(out), str(work), str(release))
-    names = ["session.tar.gz", "release-ndr-listops.tar.part-00", "release-ndr-listops.tar.part-01"]
+    names = ["session.tar.gz", "release-ndr-listops.tar.part-000", "release-ndr-listops.tar.part-001"]
     assert packed["files"] == [*names, "session.json"] and not packed["left_out"], packed
     assert sorted(os.listdir(out)) == sorted(names)
     assert max((out / name).stat().st_size for name in names) <= 16 * MIB

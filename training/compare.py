@@ -69,6 +69,7 @@ from modeling_ndr.training.comparison import (  # noqa: F401  (PAPER_VARIANTS, F
     write_outputs,
 )
 from modeling_ndr.training.preemption import STOPPED_FILE, read_stopped
+from modeling_ndr.training.records import read_json
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -321,15 +322,6 @@ def recorded_run(args, variant: str, found: dict) -> dict | None:
 
 BUDGET = ".budget"  # OUTPUT_DIR/NAME.budget/: NAME's run continued past its recipe's steps
 BUDGET_RECORD = "budget_run.json"
-
-
-def read_json(path: str) -> dict | None:
-    """A JSON file's content, None if it is missing or cut short."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def newest_trainer_state(output_dir: str) -> dict | None:

@@ -36,8 +36,8 @@ stopped (SIGTERM to its process group, SIGKILL after a grace period) and a faile
 next. After every step the results are packed into OUT (`pack`), because the machines this runs on may hand back
 only at most 8 files of at most 16 MiB (64 MiB in all): `session.json` (each step's status, time and limit; the
 environment; what was packed), `session.tar.gz` (logs, test report, benchmark JSON) and `release-ndr-<task>.tar`
-with the released folder and its `last-checkpoint/` (split into `.part-NN` files of 16 MiB where larger:
-`cat release-*.tar.part-* | tar -x`).
+with the released folder and its `last-checkpoint/` (split into `.part-NNN` files of 16 MiB where larger, named as
+`continuation.split_large_files` names them: `cat release-*.tar.part-* | tar -x`).
 
 `--dry_run` (`make gpu-session NO_CUDA=1`) hides CUDA and runs the same steps, sized for the CPU: the CUDA tests of
 `tests/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
@@ -365,7 +365,8 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
 
 
 def _move_in_parts(source: str, out: str, name: str, file_bytes: int) -> list[str]:
-    """Move `source` into `out` as `name`, or as `name.part-00`, `name.part-01`, ... of at most `file_bytes` each."""
+    """Move `source` into `out` as `name`, or as `name.part-000`, `name.part-001`, ... of at most `file_bytes` each
+    (the part names of `modeling_ndr.training.continuation.split_large_files`; this script imports no ndr code)."""
     if os.path.getsize(source) <= file_bytes:
         shutil.move(source, os.path.join(out, name))
         return [name]
@@ -375,7 +376,7 @@ def _move_in_parts(source: str, out: str, name: str, file_bytes: int) -> list[st
             chunk = f.read(file_bytes)
             if not chunk:
                 break
-            parts.append(f"{name}.part-{index:02d}")
+            parts.append(f"{name}.part-{index:03d}")
             with open(os.path.join(out, parts[-1]), "wb") as part:
                 part.write(chunk)
     os.remove(source)

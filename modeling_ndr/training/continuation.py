@@ -54,6 +54,7 @@ from .checkpoints import checkpoint_problem, latest_complete_checkpoint
 from .errors import UsageError, first_line
 from .locking import OutputDirLock, lock_output_dir
 from .preemption import CLOCK_KEY, EXIT_STOPPED, STOP_SIGNALS, read_stopped
+from .records import read_json
 
 
 logger = logging.getLogger(__name__)
@@ -130,14 +131,6 @@ def join_split_files(folder: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------- reading a line's state
-
-
-def read_json(path: str) -> dict | None:
-    """A JSON file's content, or None if there is no such file."""
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
 
 
 def checkpoint_step(folder: str) -> int:

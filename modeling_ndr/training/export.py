@@ -26,6 +26,7 @@ from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
 from .atomic import atomic_folder, check_replaceable
 from .presets import REPO_ROOT
+from .records import read_json
 
 
 TEMPLATE = str(importlib.resources.files("modeling_ndr") / "templates" / "model_card_template.md")  # package data
@@ -61,10 +62,10 @@ def paper_reference(run_config: dict, eval_results: dict) -> dict | None:
 
 
 def _read_json(folder: str, name: str) -> dict | None:
+    """`name` in the checkpoint folder, else in its parent (where train.py writes it), else None."""
     for candidate in (os.path.join(folder, name), os.path.join(os.path.dirname(os.path.abspath(folder)), name)):
-        if os.path.isfile(candidate):
-            with open(candidate) as f:
-                return json.load(f)
+        if (content := read_json(candidate)) is not None:
+            return content
     return None
 
 
