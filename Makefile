@@ -13,7 +13,7 @@ NPROC ?= 2
 DEMO_ARGS ?=
 
 .PHONY: help compare compare-budget release push-release setup demo demo-backward demo-backward-long demo-forward-long \
-	demo-backward-bos demo-backward-first example-finetune test test-slow test-gpu test-image-versions lint format \
+	demo-backward-bos demo-backward-first example-finetune test test-fast test-slow test-gpu test-image-versions lint format \
 	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown
 
 setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
@@ -90,6 +90,9 @@ compare-budget: $(STAMP) ## continue VARIANTS below 0.95 on iid_test past their 
 # what CI runs (.ci/run): the linter, then the test suite
 test: lint ## the linter, then the test suite (what CI runs)
 	$(BIN)/python -m pytest -q
+
+test-fast: lint ## the linter and the unit tests only (-m "not e2e": no training runs, a few minutes)
+	$(BIN)/python -m pytest -q -m "not slow and not gpu and not official and not e2e"
 
 lint: $(STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff check .

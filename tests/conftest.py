@@ -45,9 +45,23 @@ def hf_home() -> str:
     return _HF_HOME
 
 
+# the modules whose tests train, launch processes or build things end to end (train.py, make, accelerate, a wheel, the
+# docs site, the Space): marked `e2e`, so that `make test-fast` (-m "not e2e") runs the unit tests in a few minutes;
+# `make test` and CI run everything
+E2E_MODULES = {
+    "test_adaptive_export", "test_compare", "test_dataset_repos", "test_docs", "test_gpu_release", "test_gpu_session",
+    "test_gpu_training", "test_hub_push", "test_installed_package", "test_own_data", "test_own_data_defaults",
+    "test_preemption", "test_release_continuation", "test_release_cooldown", "test_released_models",
+    "test_reliability", "test_simulated_cuda", "test_space", "test_training", "test_training_package",
+}  # fmt: skip
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests skip where CUDA is missing, unless NDR_TEST_DEVICE=cpu runs tests/test_gpu.py's checks on the CPU
-    (which keeps the test code itself exercised on machines without a GPU)."""
+    """Tests of `E2E_MODULES` are marked `e2e`. `gpu` tests skip where CUDA is missing, unless NDR_TEST_DEVICE=cpu runs
+    tests/test_gpu.py's checks on the CPU (which keeps the test code itself exercised on machines without a GPU)."""
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
     if torch.cuda.is_available() or os.environ.get("NDR_TEST_DEVICE") == "cpu":
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (make test-gpu on a GPU machine; NDR_TEST_DEVICE=cpu: the CPU)")

@@ -281,6 +281,7 @@ def test_evaluate_model_reports_mean_steps_per_depth_for_act_and_adaptive_models
     assert all("mean_steps" not in values for values in results.values()), "fixed-step models report no steps"
 
 
+@pytest.mark.e2e  # train.py end to end
 def test_train_py_trains_and_evaluates_an_act_model(tmp_path):
     """Trainer's evaluation gathers every output but the loss; the ACT outputs (per-column halting steps of varying
     sequence length) must not reach compute_metrics as predictions."""

@@ -105,6 +105,7 @@ def test_geometric_attention_compiles_to_at_most_two_graphs_for_every_length_and
     assert counter.frame_count <= 2, f"{counter.frame_count} graphs for {GEOMETRIC_SIZES}: it recompiles"
 
 
+@pytest.mark.e2e  # train.py end to end (about 2 minutes)
 def test_train_py_with_torch_compile_trains_and_exports(tmp_path):
     command = [sys.executable, str(REPO / "training" / "train.py"), "--preset", "ctl_cpu", "--torch_compile", "true",
                "--output_dir", str(tmp_path / "run"), "--n_train", "200", "--n_eval", "16", "--hidden_size", "16",
