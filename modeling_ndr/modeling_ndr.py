@@ -712,7 +712,17 @@ class NDRTokenClassifierOutput(ModelOutput):
             `act_ponder_weight` times the mean ponder cost.
         logits (`torch.FloatTensor` of shape `(batch, seq, num_labels)`):
             The classifier's scores of every column (before the softmax).
-        hidden_states, attentions, gates, ponder_cost, halting_steps, num_steps_taken:
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+            As in [`NDRModelOutput`].
+        attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+            As in [`NDRModelOutput`].
+        gates (`tuple(torch.FloatTensor)`, *optional*, returned with `output_gates=True`):
+            As in [`NDRModelOutput`].
+        ponder_cost (`torch.FloatTensor` of shape `(batch,)`, *optional*, with `halting="act"`):
+            As in [`NDRModelOutput`].
+        halting_steps (`torch.LongTensor` of shape `(batch, seq)`, *optional*, with `halting="act"`):
+            As in [`NDRModelOutput`].
+        num_steps_taken (`torch.LongTensor` of shape `(batch,)`, *optional*, with adaptive steps):
             As in [`NDRModelOutput`].
     """
 
