@@ -253,10 +253,12 @@ def test_the_release_is_trained_in_a_copy_that_the_next_session_on_the_machine_k
     assert command[1:4] == ["hub_cards/make_model_repos.py", "--gpu", "listops"], "make gpu-release's script, no make"
     assert command[command.index("--models_dir") + 1] == args.models_copy, command
     assert (copy / "config.json").read_bytes() == (REPO / "hub_cards/models/ndr-listops/config.json").read_bytes()
-    (copy / "last-checkpoint").mkdir()  # what the first session's training left
+    trained = copy / "last-checkpoint" / "trained-here"  # what the first session's training left
+    trained.parent.mkdir(exist_ok=True)  # (the release may carry its line already)
+    trained.write_text("step 100")
     [release] = session.session_steps(args, str(tmp_path), str(tmp_path / "site"), True)
     release.command(600)
-    assert (copy / "last-checkpoint").is_dir() and release.note["copied_from"] is None, "the line trains on"
+    assert trained.read_text() == "step 100" and release.note["copied_from"] is None, "the line trains on"
 
 
 def test_the_gpu_presets_are_those_a_release_without_a_line_starts():
