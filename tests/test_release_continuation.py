@@ -37,9 +37,10 @@ COMMAND = [sys.executable, "training/train.py"]
 repos = load_script("hub_cards/make_model_repos.py")
 
 
-def continue_tiny(tmp: Path, chunk_steps: int | None, preset: str = PRESET, **kwargs) -> dict:
-    release = repos.Release(PRESET, "line")
-    return repos.continue_line(NAME, release, None, COMMAND, processes=1, preset=preset, outputs_dir=str(tmp / "out"),
+def continue_tiny(tmp: Path, chunk_steps: int | None, preset: str = PRESET, name: str = NAME,
+                  release_preset: str = PRESET, **kwargs) -> dict:  # fmt: skip
+    release = repos.Release(release_preset, "line")
+    return repos.continue_line(name, release, None, COMMAND, processes=1, preset=preset, outputs_dir=str(tmp / "out"),
                                models_dir=str(tmp / "models"), warm_start=False, chunk_steps=chunk_steps,
                                env=dict(os.environ, OMP_NUM_THREADS="1"), **kwargs)  # fmt: skip
 
@@ -410,12 +411,8 @@ def test_two_continuations_of_a_listops_line_add_up_to_one_run_and_its_recipe_is
     preset.write_text("base: tiny_listops_line_test\n")
     preset = str(preset)
 
-    def continue_listops(chunk_steps, asked=preset):
-        release = repos.Release(preset, "line")
-        return repos.continue_line("ndr-listops", release, None, COMMAND, processes=1, preset=asked,
-                                   outputs_dir=str(tmp_path / "out"), models_dir=str(tmp_path / "models"),
-                                   warm_start=False, chunk_steps=chunk_steps,
-                                   env=dict(os.environ, OMP_NUM_THREADS="1"))  # fmt: skip
+    def continue_listops(chunk_steps):
+        return continue_tiny(tmp_path, chunk_steps, preset=preset, name="ndr-listops", release_preset=preset)
 
     assert continue_listops(4)["step"] == 4
     Path(preset).write_text("base: tiny_listops_line_test\nsample_shares: ['[SM:1=0.5']\n")  # the recipe changed
