@@ -48,6 +48,9 @@ _LAZY_NAMES = {
     "task_readout": "tasks",
     "task_vocabulary": "tasks",
     "task_tokenizer": "tasks",
+    "TOKEN_TASK_NAMES": "tasks",
+    "load_token_task": "tasks",
+    "token_task_tokenizer": "tasks",
     "plot_routing": "plotting",
 }
 

@@ -13,5 +13,22 @@ import os
 
 
 DEPTH_ACCURACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "depth_accuracy")
+TOKEN_ACCURACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "token_accuracy")
 
-__all__ = ["DEPTH_ACCURACY"]
+
+def load_token_accuracy():
+    """The package's token-task metric (`TOKEN_ACCURACY`: character and sequence accuracy, per length), loaded by
+    path (no Hub).
+
+    `evaluate` is imported here: the import takes seconds, and `import modeling_ndr.metrics` stays instant.
+
+    Returns:
+        The `evaluate.EvaluationModule`: `compute(predictions, references, lengths=None)` gives
+        `{"character_accuracy": a, "sequence_accuracy": a, "count": n, "character_accuracy_length_<n>": a, ...}`.
+    """
+    import evaluate
+
+    return evaluate.load(TOKEN_ACCURACY, keep_in_memory=True)  # in memory: no cache files shared between processes
+
+
+__all__ = ["DEPTH_ACCURACY", "TOKEN_ACCURACY", "load_token_accuracy"]

@@ -1,4 +1,6 @@
-"""The paper's three algorithmic tasks as `datasets.DatasetDict`s: CTL, simple arithmetic and ListOps.
+"""The paper's three algorithmic tasks as `datasets.DatasetDict`s: CTL, simple arithmetic and ListOps; and the token
+tasks, which answer with one label per token (the Universal Transformer's copy, reverse and addition, and addition as
+a carry task; at the end).
 
 Every sample is one line of tokens separated by single spaces, one integer label and one depth:
 
@@ -53,12 +55,50 @@ Task details:
   (at most 20 times) until the new operation uses it without overshooting `D`. Lists over 50 tokens or of another
   depth are rejected. (The paper's release grows lists to a structural depth and rejects whole lists by dependency
   depth; retrying only the wrapping step makes deep lists cheap, even for the full 1M-sample train set.)
+
+Token tasks (`load_token_task`): columns `text`, `labels` (one per token: a digit where the answer is read, `None`
+elsewhere) and `length`; copy, reverse and addition are read at the blanks `_` after `=`, carry at every token:
+
+| task       | example text          | labels at the scored tokens   | `length` counts                    |
+|------------|-----------------------|-------------------------------|------------------------------------|
+| `copy`     | `3 1 4 = _ _ _`       | `3 1 4`                       | input symbols (digits)             |
+| `reverse`  | `3 1 4 = _ _ _`       | `4 1 3`                       | input symbols (digits)             |
+| `addition` | `5 7 + 6 8 = _ _ _`   | `1 2 5` (one digit more)      | digits of the longer operand       |
+| `carry`    | `00 56 78` (57 + 68)  | `1 2 5`                       | digit positions (`00` excluded)    |
+
+| task       | train (default size)  | evaluation splits (500 rows each by default)                        |
+|------------|-----------------------|---------------------------------------------------------------------|
+| `copy`     | 1-40 (100,000)        | `test_40` (iid), `test_100`, `test_200`, `test_400`                 |
+| `reverse`  | 1-40 (100,000)        | `test_40` (iid), `test_100`, `test_200`, `test_400`                 |
+| `addition` | 1-20 (100,000)        | `test_20` (iid), `test_50`, `test_100`, `test_200`                  |
+| `carry`    | 1-40 (100,000)        | `test_<n>` and `long_chains_<n>` for n = 40 (iid), 100, 400, 1000   |
+
+A quarter of the carry task's `train` rows, and every `long_chains_<n>` row, carries through at least half of its
+positions in one chain (like `999...9 + 000...1`), which random operands almost never do. Addition's evaluation rows
+have two operands of `length` digits; in `train` the other operand has 1 to `length` digits. How the rows are made is
+in `token_tasks.py` (formats) and `token_generation.py` (splits).
 """
 
 from .common import GENERATOR_VERSION, MAX_TOKENS, SPLIT_NAMES, TASK_NAMES
 from .ctl import CTL_DIRECTIONS, CTL_FUNCTIONS, CTL_SYMBOLS, ctl_compositions, ctl_tables
 from .generation import load_task, split_depths, split_description
-from .vocabulary import task_label_names, task_readout, task_tokenizer, task_vocabulary
+from .token_generation import encode_token_rows, load_token_task
+from .token_tasks import (
+    TOKEN_LABEL_NAMES,
+    TOKEN_SPLIT_NAMES,
+    TOKEN_TASK_NAMES,
+    longest_carry_chain,
+    token_split_lengths,
+)
+from .vocabulary import (
+    task_label_names,
+    task_readout,
+    task_tokenizer,
+    task_vocabulary,
+    token_task_label_names,
+    token_task_tokenizer,
+    token_task_vocabulary,
+)
 
 
 __all__ = [
@@ -78,4 +118,14 @@ __all__ = [
     "task_readout",
     "task_tokenizer",
     "task_vocabulary",
+    "TOKEN_TASK_NAMES",
+    "TOKEN_SPLIT_NAMES",
+    "TOKEN_LABEL_NAMES",
+    "load_token_task",
+    "token_split_lengths",
+    "longest_carry_chain",
+    "encode_token_rows",
+    "token_task_label_names",
+    "token_task_tokenizer",
+    "token_task_vocabulary",
 ]

@@ -6,6 +6,7 @@ from .arithmetic import ARITHMETIC_OPERATORS
 from .common import DIGITS, TASK_NAMES, check_task_name
 from .ctl import CTL_FUNCTIONS, CTL_SYMBOLS
 from .listops import LISTOPS_OPERATIONS
+from .token_tasks import BLANK, EQUALS, PLUS, TOKEN_LABEL_NAMES, check_token_task_name, token_task_max_tokens
 
 
 def task_vocabulary(name: str) -> list[str]:
@@ -37,4 +38,35 @@ def task_tokenizer(name: str):
     return build_tokenizer(vocabulary=task_vocabulary(name))
 
 
-__all__ = ["TASK_NAMES", "task_vocabulary", "task_label_names", "task_readout", "task_tokenizer"]
+def token_task_vocabulary(name: str) -> list[str]:
+    """A token task's symbols (no special tokens): the digits, then `+` (addition), `=` and the blank `_`; the carry
+    task's hundred digit pairs `00`-`99`."""
+    check_token_task_name(name)
+    if name == "carry":
+        return [a + b for a in DIGITS for b in DIGITS]
+    return [*DIGITS, *([PLUS] if name == "addition" else []), EQUALS, BLANK]
+
+
+def token_task_label_names(name: str) -> list[str]:
+    """Name of each label id of a token task: the digits `0`-`9` (every task)."""
+    check_token_task_name(name)
+    return list(TOKEN_LABEL_NAMES)
+
+
+def token_task_tokenizer(name: str):
+    """The word-level tokenizer of a token task (`"copy"`, `"reverse"`, `"addition"`, `"carry"`), made as
+    `task_tokenizer` makes the paper's: `[PAD]`=0 `[UNK]`=1 `[BOS]`=2 `[EOS]`=3, then `token_task_vocabulary(name)`
+    in order; `model_max_length` fits the longest evaluation row."""
+    return build_tokenizer(vocabulary=token_task_vocabulary(name), model_max_length=token_task_max_tokens(name) + 2)
+
+
+__all__ = [
+    "TASK_NAMES",
+    "task_vocabulary",
+    "task_label_names",
+    "task_readout",
+    "task_tokenizer",
+    "token_task_vocabulary",
+    "token_task_label_names",
+    "token_task_tokenizer",
+]
