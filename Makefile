@@ -138,7 +138,7 @@ GPU_SESSION_ARGS ?=
 # MINUTES from the command line or the environment; else 9 (the release targets' default is theirs)
 SESSION_MINUTES = $(if $(filter file,$(origin MINUTES)),9,$(MINUTES))
 gpu-session: ## a GPU's MINUTES (default 9): the release furthest from its target first, then CUDA tests and benchmarks, into OUT
-	$(PYTHON) training/gpu_session.py --out $(OUT) --minutes $(SESSION_MINUTES) --release_args '$(GPU_RELEASE_ARGS)' \
+	$(PYTHON) hub_cards/gpu_session.py --out $(OUT) --minutes $(SESSION_MINUTES) --release_args '$(GPU_RELEASE_ARGS)' \
 	    $(if $(NO_CUDA),--dry_run) $(GPU_SESSION_ARGS)
 
 # the dataset repositories in hub_cards/datasets/ (parquet splits + cards); about 3 minutes (ListOps' 1M-row train)

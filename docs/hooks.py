@@ -17,6 +17,7 @@
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from mkdocs.structure.files import File
@@ -50,7 +51,10 @@ def render_lines(models: Path = RELEASED) -> str:
     branch (read from `last-checkpoint/continuation.json` and the evaluations in its `trainer_state.json`): when,
     which commit, on what, the steps, the samples seen at its end, its best `ood_valid` (with that evaluation's
     `ood_test`) and what it released."""
-    from modeling_ndr.training.continuation import evaluation_history, samples_seen
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub_cards"))  # release tooling: not in the package
+    from line_records import samples_seen
+
+    from modeling_ndr.training.records import evaluation_history
 
     blocks = []
     for record in sorted(models.glob("*/last-checkpoint/continuation.json")):

@@ -14,17 +14,11 @@ gloo processes on the CPU), into `outputs/<run>/`. Its folder here holds `config
 `id2label`), `model.safetensors`, the tokenizer files, `eval_results.json`, `run_config.json` and a model card whose
 model-index holds the measured accuracy per split, with the command, preset, training time and machine.
 
-Releases keep training (`modeling_ndr.training.continuation`): each folder may carry `last-checkpoint/`, the
-newest state of its training line. `--continue TASK --minutes M` (`make release-continue TASK=... MINUTES=...`) resumes
-that line on this CPU (two gloo processes, the task's `*_cpu_continue` preset) for a time box, always keeps the new
-`last-checkpoint/`, and replaces the release only when `ood_valid` improved. `--gpu TASK --minutes M` (`make
-gpu-release`) does the same on this machine's GPUs: it continues the release's line whatever device started it (its
-recipe and global batch), and a release without a line starts one of the task's GPU preset
-(`configuration/<task>_gpu.yaml`, the paper's recipe) from a new model; two separate GPU windows add up to one run.
-A line of another recipe (`--preset`) is refused in one line; `--switch_recipe` starts a new line of the asked recipe.
-`--cooldown TASK --steps N` (`make release-cooldown`, `modeling_ndr.training.cooldown`) trains a branch of the line in
-which the learning rate decays to zero over N steps, and releases its best checkpoint if `ood_valid` is at least the
-release's; the line itself stays where it is and keeps training at its constant rate.
+Releases keep training (`release_line.py`, `release_cooldown.py` beside this script; docs/training.md): `--continue`
+resumes a release's line (`last-checkpoint/`) on this CPU for a time box and replaces the release only when
+`ood_valid` improved; `--gpu` does the same on this machine's GPUs (a release without a line starts one of the task's
+GPU preset); `--cooldown` trains a branch whose learning rate decays to zero over N steps, released if at least as
+good. A line of another recipe is refused in one line (`--switch_recipe` starts a new line).
 
 The modeling code is not committed here (copies would drift from `modeling_ndr/`): `--push` and `--stage` add it
 from the installed package (`save_pretrained` writes it), so the pushed repository also loads with
@@ -40,18 +34,12 @@ import sys
 import tempfile
 
 import torch
+from line_records import CURVE_FILE, LAST_CHECKPOINT, read_line, total_batch
+from release_cooldown import cooldown_release
+from release_line import continue_release, release_lock
 
 from modeling_ndr.training import export_model, read_preset
 from modeling_ndr.training.atomic import atomic_folder, clean_leftovers
-from modeling_ndr.training.continuation import (
-    CURVE_FILE,
-    LAST_CHECKPOINT,
-    continue_release,
-    read_line,
-    release_lock,
-    total_batch,
-)
-from modeling_ndr.training.cooldown import cooldown_release
 from modeling_ndr.training.errors import UsageError, exit_on_usage_error
 
 
@@ -180,7 +168,7 @@ def continue_line(
     resume: str | None = None,
     max_bytes: int = MAX_BYTES,
 ) -> dict:
-    """Resume the training line of release `name` for `minutes` (`continuation.continue_release`), then print what
+    """Resume the training line of release `name` for `minutes` (`release_line.continue_release`), then print what
     happened. The chunk trains the line's own recipe, with its global batch whatever the number of processes here;
     `preset` or `switch_recipe` (a new line) choose another, and a release without a line starts one of
     `release.preset`.

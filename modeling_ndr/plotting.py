@@ -131,11 +131,12 @@ def plot_training_curve(
 def first_token_curves(trainer_state: dict, split: str) -> dict[str, list[tuple[int, float]]]:
     """Accuracy per first token against the step, from a run's `trainer_state.json` (`--eval_by_first_token`):
     `{"SM": [(step, accuracy), ...], "SM_depth_1": [...], ...}` for `split`."""
-    prefix, curves = f"eval_{split}_accuracy_first_", {}
-    for entry in trainer_state.get("log_history", []):
-        for key, value in entry.items():
-            if key.startswith(prefix):
-                curves.setdefault(key[len(prefix) :], []).append((entry["step"], value))
+    from .training.records import evaluation_history
+
+    curves = {}
+    for evaluation in evaluation_history(trainer_state):
+        for token, value in ((evaluation.get(split) or {}).get("by_first_token") or {}).items():
+            curves.setdefault(token, []).append((evaluation["step"], value))
     return curves
 
 

@@ -4,6 +4,7 @@ any HF import: every hub id resolves from a private offline cache that the tests
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 
 _HF_HOME = tempfile.mkdtemp(prefix="ndr-tests-hf-home-")
@@ -15,6 +16,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # unless NDR_TEST_CPU_NATIVE_BF16=1), and the tests that depend on it take the `native_bf16` fixture, which runs them
 # both ways (also in the processes they start: the variable is inherited)
 os.environ["NDR_CPU_NATIVE_BF16"] = os.environ.get("NDR_TEST_CPU_NATIVE_BF16", "0")
+
+# the modules beside the checkout's scripts (release lines, the comparison, the GPU session: not in the package) are
+# imported as the scripts import them, as siblings
+for _folder in ("hub_cards", "training"):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -51,6 +57,7 @@ def hf_home() -> str:
 E2E_MODULES = {
     "test_adaptive_export", "test_compare", "test_dataset_repos", "test_docs", "test_gpu_release", "test_gpu_session",
     "test_gpu_training", "test_hub_push", "test_installed_package", "test_own_data", "test_own_data_defaults",
+    "test_own_token_task",
     "test_preemption", "test_release_continuation", "test_release_cooldown", "test_released_models",
     "test_reliability", "test_simulated_cuda", "test_space", "test_training", "test_training_package",
 }  # fmt: skip

@@ -6,15 +6,20 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
+from tiny import tiny_train_args
 
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["--n_train", "200", "--n_eval", "16", "--hidden_size", "16", "--intermediate_size", "16",
-        "--num_hidden_layers", "2", "--max_steps", "2", "--per_device_train_batch_size", "8", "--eval_steps", "2",
-        "--save_steps", "2", "--logging_steps", "1", "--report_to", "none"]  # fmt: skip
+# (compare.py passes --preset and --direction itself)
+TINY = tiny_train_args(
+    preset=None, direction=None, n_train=200, n_eval=16, hidden_size=16, intermediate_size=16, num_hidden_layers=2,
+    max_steps=2, per_device_train_batch_size=8, per_device_eval_batch_size=None, eval_steps=2, save_steps=2,
+    logging_steps=1, report_to="none", disable_tqdm=None, seed=None,
+)  # fmt: skip
 
 
 def load_compare():
@@ -163,12 +168,12 @@ def test_a_run_stopped_with_a_checkpoint_ends_the_comparison_as_a_stop_to_resume
     compare = load_compare()
     runs, outcome = tmp_path / "runs", {}
 
-    def run_logged(command, env, log_path, append, every_minute):  # the launcher, without training
+    def run_process(command, **kwargs):  # the launcher, without training
         if outcome.get("stop"):
             (runs / "ndr" / "stopped.json").write_text(json.dumps({"step": 3, "reason": "SIGUSR1"}))
-        return outcome["exit"]
+        return types.SimpleNamespace(returncode=outcome["exit"])
 
-    monkeypatch.setattr(compare, "run_logged", run_logged)
+    monkeypatch.setattr(sys.modules["compare_runs"], "run_process", run_process)
     argv = ["--variants", "ndr", "--nproc", "1", "--output_dir", str(runs), "--", *TINY]
     outcome.update(exit=1, stop=True)  # accelerate exits 1 when its processes exit 75
     with pytest.raises(SystemExit) as stopped:
@@ -256,7 +261,7 @@ def test_a_bad_variant_is_one_line_before_anything_trains(tmp_path):
 
 @pytest.mark.parametrize("fits", [True, False])
 def test_curves_only_for_variants_that_did_not_fit(tmp_path, fits):
-    from modeling_ndr.training.comparison import write_curves
+    from compare_report import write_curves
 
     curve = {"step": [1, 2], "loss": [2.0, 1.0], "eval_step": [2], "iid_test": [0.5], "ood_valid": [0.4],
              "ood_test": [0.3]}  # fmt: skip
@@ -268,7 +273,7 @@ def test_curves_only_for_variants_that_did_not_fit(tmp_path, fits):
 
 
 def test_the_paper_s_numbers_stand_beside_ours_for_the_paper_s_variants_only(tmp_path):
-    from modeling_ndr.training.comparison import PAPER_CTL, write_paper_comparison
+    from compare_report import PAPER_CTL, write_paper_comparison
 
     table = {"transformer": {"iid_test": 0.5, "ood_valid": 0.2, "ood_test": 0.1}, "ndr_act": {"iid_test": 1.0,
              "ood_valid": 1.0, "ood_test": 0.9}}  # fmt: skip
@@ -286,13 +291,13 @@ def test_the_paper_s_numbers_stand_beside_ours_for_the_paper_s_variants_only(tmp
 
 
 def test_the_committed_comparison_beside_the_paper_is_what_its_data_gives(tmp_path):
-    from modeling_ndr.training.comparison import write_paper_comparison
+    from compare_report import write_paper_comparison
 
     results = REPO / "docs" / "results"
     shutil.copyfile(results / "compare_ctl_forward.json", tmp_path / "compare_ctl_forward.json")
     beside_file, _ = write_paper_comparison(str(tmp_path / "compare_ctl_forward.json"))
     committed = json.loads((results / "compare_ctl_forward_paper.json").read_text())
-    assert json.loads(Path(beside_file).read_text()) == committed, "redraw: python -m modeling_ndr.training.comparison"
+    assert json.loads(Path(beside_file).read_text()) == committed, "redraw: python training/compare_report.py"
     page = (REPO / "docs" / "results" / "ctl-comparison.md").read_text()
     assert "<!-- table: compare_ctl_forward_paper.json -->" in page and "compare_ctl_forward_paper.png" in page
 
@@ -378,14 +383,12 @@ def test_budget_steps_continues_the_recipe_run_as_one_longer_run_and_leaves_it_u
 
 
 def test_budget_steps_stops_at_the_first_evaluation_that_fits(recipe_run, tmp_path, monkeypatch):
-    from modeling_ndr.training import comparison
-
     compare, runs = load_compare(), recipe_copy(recipe_run, tmp_path)
     results_file = runs / "transformer" / "eval_results.json"
     results = json.loads(results_file.read_text())
     results["iid_test"]["accuracy"] = 0.0  # a recipe run that did not fit a threshold of 0.01
     results_file.write_text(json.dumps(results))
-    for module in (compare, comparison):
+    for module in (compare, sys.modules["compare_runs"], sys.modules["compare_report"]):
         monkeypatch.setattr(module, "FIT", 0.01)  # any evaluation with one right answer fits
     compare_main(compare, runs, "--budget_steps", "10", "--results_dir", str(tmp_path / "results"))
     budget = json.loads((tmp_path / "results" / "compare_ctl_forward_details.json").read_text())["transformer"][

@@ -1,4 +1,4 @@
-"""`make gpu-session` (training/gpu_session.py): which release it continues, how it keeps to its budget whatever a
+"""`make gpu-session` (hub_cards/gpu_session.py): which release it continues, how it keeps to its budget whatever a
 step does, how it packs what it keeps into at most 8 files of at most 16 MiB, and its dry run on the CPU end to end
 (the same steps at tiny sizes, a tiny preset in place of the GPU one, temporary folders in place of hub_cards/models/).
 """
@@ -13,12 +13,13 @@ import types
 import zipfile
 from pathlib import Path
 
+import gpu_session_plan as plan
 import pytest
 import torch
 from scripts import REPO, load_script
 
 
-session = load_script("training/gpu_session.py")
+session = load_script("hub_cards/gpu_session.py")
 MIB = 2**20
 
 
@@ -194,6 +195,10 @@ def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(dry_run):
     assert steps["install"]["installed"] == ["ndr_session_probe-0.1-py3-none-any.whl"]
     assert steps["install"]["already_installed"] == [dry_run.present.name]
     assert steps["release"]["task"] == "ctl-forward", steps["release"]
+    speed = steps["release"]["speed"]
+    assert speed["steps"] > 0 and speed["samples_per_second"] > 0 and speed["seconds_per_step"] > 0, (
+        f"what the chunk trained, and how fast, comes back in session.json: {speed}"
+    )
     assert record["within_budget"] and record["seconds"] <= 480
     files = sorted(out.iterdir())
     assert len(files) <= 8 and max(f.stat().st_size for f in files) <= 16 * MIB, files
@@ -232,7 +237,7 @@ def test_each_step_gets_its_share_of_the_time_left_and_the_last_step_all_of_it()
     budget = session.Budget(600, started=time.monotonic() - 100)  # 100 s spent, 30 s kept for packing: 470 s left
     assert budget.limit(0.3, 0.6) == pytest.approx(235, abs=1), "tests, then attention and training_step: half"
     assert budget.limit(0.2, 0.2) == pytest.approx(470, abs=1), "the last step gets all that is left"
-    assert budget.limit(0.01, 1.0) == pytest.approx(session.MIN_LIMIT_SECONDS), "at least a minute"
+    assert budget.limit(0.01, 1.0) == pytest.approx(plan.MIN_LIMIT_SECONDS), "at least a minute"
 
 
 def test_the_tests_step_runs_the_triton_kernels_tests_with_the_cuda_tests(tmp_path):
@@ -263,7 +268,7 @@ def test_the_release_is_trained_in_a_copy_that_the_next_session_on_the_machine_k
 
 def test_the_gpu_presets_are_those_a_release_without_a_line_starts():
     releases = load_script("hub_cards/make_model_repos.py").GPU_RELEASES
-    assert session.GPU_PRESETS == {task: release.preset for task, (_, release) in releases.items()}, (
+    assert plan.GPU_PRESETS == {task: release.preset for task, (_, release) in releases.items()}, (
         "the data step prepares the data of the preset make gpu-release starts a new line of"
     )
 

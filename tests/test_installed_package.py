@@ -50,6 +50,18 @@ def test_the_wheel_holds_the_presets_and_the_card_templates(wheel):
         assert name in names, f"{name} is not in the wheel"
 
 
+def test_the_wheel_holds_no_release_tooling_and_no_module_over_450_lines(wheel):
+    """How we build, continue and compare our releases stays in the checkout (hub_cards/, training/); the library
+    keeps to the house's module size (the modeling file aside, as transformers keeps one per model)."""
+    archive = zipfile.ZipFile(wheel)
+    modules = [name for name in archive.namelist() if name.endswith(".py")]
+    for tooling in ("continuation", "cooldown", "comparison", "gpu_session", "release_line", "file_parts"):
+        assert not [name for name in modules if tooling in name], f"{tooling} is release tooling, not the library"
+    for name in modules:
+        lines = archive.read(name).decode().count("\n")
+        assert name == "modeling_ndr/modeling_ndr.py" or lines <= 450, f"{name} has {lines} lines (at most 450)"
+
+
 def test_the_wheel_in_a_fresh_environment_loads_a_release_resolves_a_preset_and_writes_a_card(wheel, tmp_path):
     """A new venv gets the wheel; its dependencies (torch, transformers, ...) come from this environment's
     site-packages through a `.pth` line, which does not bring the checkout's editable install along."""

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import tiny
 import torch
 from hub_cache import install_in_hub_cache
 from safetensors import safe_open
@@ -27,19 +28,8 @@ BATCH, SEQ, VOCAB = 13, 7, 12
 
 
 def tiny_config(**overrides) -> NDRConfig:
-    values = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=2,
-        num_hidden_layers=2,
-        hidden_dropout_prob=0.0,
-        attention_dropout=0.0,
-        gate_dropout=0.0,
-        num_labels=3,
-    )
-    values.update(overrides)
-    return NDRConfig(**values)
+    """tests/tiny.py's config at transformers' model-tester sizes (hidden 32, 2 layers)."""
+    return tiny.tiny_config(**{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, **overrides})
 
 
 def random_batch(batch=BATCH, seq=SEQ, seed=0):

@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from scripts import load_script
+from tiny import tiny_train_args
 from transformers import TrainerCallback
 
 from modeling_ndr.training import EXIT_STOPPED, BalancedSampler, TrainingStopped, run_in_chunks
@@ -28,14 +29,12 @@ TRAIN = REPO / "training" / "train.py"
 # (the sampler that must resume at the right epoch), evaluation and checkpoints every 8 steps, at most 2 kept. The best
 # checkpoint is the one with the *highest* ood_valid loss, so that it is an early one: it must survive the chunks'
 # checkpoints and resumes.
-TINY = [
-    "--preset", "ctl_cpu", "--direction", "backward", "--n_train", "512", "--n_eval", "32",
-    "--hidden_size", "16", "--intermediate_size", "32", "--num_hidden_layers", "2",
-    "--per_device_train_batch_size", "32", "--per_device_eval_batch_size", "32", "--max_steps", "40",
-    "--eval_steps", "8", "--save_steps", "8", "--logging_steps", "8", "--save_total_limit", "2",
-    "--train_sampling_strategy", "group_by_length", "--metric_for_best_model", "ood_valid_loss",
-    "--greater_is_better", "true", "--report_to", "none", "--disable_tqdm", "true", "--seed", "3",
-]  # fmt: skip
+TINY = tiny_train_args(
+    n_eval=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2, per_device_eval_batch_size=32,
+    max_steps=40, eval_steps=8, save_steps=8, logging_steps=8, save_total_limit=2,
+    train_sampling_strategy="group_by_length", metric_for_best_model="ood_valid_loss", greater_is_better="true",
+    report_to="none", seed=3,
+)  # fmt: skip
 
 
 class SendSignalAt(TrainerCallback):

@@ -1,4 +1,4 @@
-"""Releases that keep training (`modeling_ndr.training.continuation`, `make release-continue`, `make gpu-release`):
+"""Releases that keep training (`hub_cards/release_line.py`, `make release-continue`, `make gpu-release`):
 a tiny arithmetic line (configuration/tiny_release_line_test.yaml) in one process on the CPU, with temporary folders
 in place of outputs/ and hub_cards/models/. Two continuations add up to the weights of one uninterrupted run; `make
 gpu-release` continues a line a CPU started (and a worse `ood_valid` keeps the release); a line of another recipe, a
@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+import file_parts
 import pytest
+import release_line as line
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
@@ -26,7 +28,6 @@ from transformers import AutoModelForSequenceClassification
 
 import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
 from modeling_ndr.training import UsageError, read_preset
-from modeling_ndr.training import continuation as line
 from modeling_ndr.training.locking import OutputDirLock, lock_output_dir
 
 
@@ -210,8 +211,8 @@ def test_a_last_checkpoint_that_lost_a_file_is_refused_and_left_as_it_is(first_c
     archive whose directory still opens."""
     tmp = copy_line(first_chunk, tmp_path)
     last = tmp / "models" / NAME / "last-checkpoint"
-    if line.PART in lost:
-        line.split_large_files(str(last), max_bytes=10_000)  # as a larger model's are kept
+    if file_parts.PART in lost:
+        file_parts.split_large_files(str(last), max_bytes=10_000)  # as a larger model's are kept
     (last / lost).unlink()
     before = snapshot(tmp / "models")
     with pytest.raises(UsageError, match=f"{re.escape(lost)} is missing.*left as they are") as error:
@@ -354,10 +355,10 @@ def test_files_over_the_limit_are_kept_in_parts_and_joined_again(tmp_path):
     data = os.urandom(2500)
     (tmp_path / "optimizer.pt").write_bytes(data)
     (tmp_path / "small.json").write_text("{}")
-    assert line.split_large_files(str(tmp_path), max_bytes=1000) == ["optimizer.pt"]
+    assert file_parts.split_large_files(str(tmp_path), max_bytes=1000) == ["optimizer.pt"]
     assert sorted(os.listdir(tmp_path)) == ["optimizer.pt.part-000", "optimizer.pt.part-001", "optimizer.pt.part-002",
                                            "small.json"]  # fmt: skip
-    assert line.join_split_files(str(tmp_path)) == ["optimizer.pt"]
+    assert file_parts.join_split_files(str(tmp_path)) == ["optimizer.pt"]
     assert (tmp_path / "optimizer.pt").read_bytes() == data and sorted(os.listdir(tmp_path)) == [
         "optimizer.pt",
         "small.json",
@@ -386,8 +387,8 @@ def test_a_continuation_signalled_to_stop_passes_the_signal_to_its_chunk_and_wai
         "sys.exit(75 if stop else 1)\n"
     )
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from modeling_ndr.training.continuation import run_chunk; "
-         f"print('chunk exit', run_chunk([sys.executable, '-c', {chunk!r}]))"],
+        [sys.executable, "-c", "import sys; from modeling_ndr.training.processes import run_process; "
+         f"print('chunk exit', run_process([sys.executable, '-c', {chunk!r}], forward_signals=True).returncode)"],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     for _ in range(600):

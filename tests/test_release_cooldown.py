@@ -1,4 +1,4 @@
-"""Cooldown branches of a release line (`modeling_ndr.training.cooldown`, `make release-cooldown`): on the tiny
+"""Cooldown branches of a release line (`hub_cards/release_cooldown.py`, `make release-cooldown`): on the tiny
 arithmetic line of tests/test_release_continuation.py (one process, temporary folders), a branch from the line's step
 4 gives the weights of one uninterrupted `warmup_stable_decay` run, releases its best checkpoint only when `ood_valid`
 is at least the release's, never changes the line's checkpoint, and records itself in the line's record."""
@@ -9,13 +9,13 @@ import shutil
 import subprocess
 
 import pytest
+import release_line as line
 import torch
+from release_cooldown import cooldown_arguments
 from safetensors.torch import load_file
 from test_release_continuation import COMMAND, NAME, PRESET, REPO, continue_tiny, repos, snapshot
 
 from modeling_ndr.training import UsageError
-from modeling_ndr.training import continuation as line
-from modeling_ndr.training.cooldown import cooldown_arguments
 
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")

@@ -13,7 +13,7 @@ from transformers import DataCollatorWithPadding, EvalPrediction, Trainer, Train
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, build_tokenizer
 from modeling_ndr.training import NDRTrainer, depth_weights, load_depth_accuracy, metrics_function
-from modeling_ndr.training.trainer import SampleShare, operator_weights
+from modeling_ndr.training.sampling import SampleShare, operator_weights
 
 
 def tiny_trainer(tmp_path, train_dataset=None, **args) -> NDRTrainer:
@@ -193,7 +193,7 @@ def test_sample_shares_can_name_a_length_and_a_sample_belongs_to_the_first_share
 def test_bad_sample_shares_are_one_line_naming_the_item(items, message):
     from modeling_ndr import task_tokenizer
     from modeling_ndr.training import UsageError
-    from modeling_ndr.training.trainer import resolve_sample_shares
+    from modeling_ndr.training.sampling import resolve_sample_shares
 
     tokenizer = task_tokenizer("listops")
     train = Dataset.from_dict({"depth": [1, 2], "input_ids": [tokenizer("[SM 1 2 ]")["input_ids"]] * 2})
@@ -202,3 +202,24 @@ def test_bad_sample_shares_are_one_line_naming_the_item(items, message):
     sm = tokenizer.convert_tokens_to_ids("[SM")
     assert resolve_sample_shares(["[SM:1=0.2"], tokenizer, train) == [SampleShare(sm, 1, None, 0.2)]
     assert resolve_sample_shares(["[SM:1:4=0.2"], tokenizer, train) == [SampleShare(sm, 1, 4, 0.2)]
+
+
+def test_first_tokens_and_lengths_read_from_arrow_equal_the_rows_read_one_by_one():
+    import datasets
+
+    from modeling_ndr.training.sampling import first_tokens_and_lengths
+
+    generator = np.random.default_rng(0)
+    rows = [[2, *generator.integers(4, 20, size=generator.integers(0, 9)).tolist(), 3] for _ in range(300)]
+    rows[7], rows[8] = [2], []  # fewer than two tokens: no first token
+    dataset = datasets.Dataset.from_dict({"input_ids": rows, "depth": [i % 3 for i in range(300)]})
+    for view in (
+        dataset,
+        dataset.select(range(100, 250)),
+        dataset.shuffle(seed=1),
+        dataset.filter(lambda r: r["depth"]),
+    ):
+        first, lengths = first_tokens_and_lengths(view)
+        ids = view["input_ids"]
+        assert first.tolist() == [row[1] if len(row) > 1 else -1 for row in ids], "the fast path reads the plain rows"
+        assert lengths.tolist() == [len(row) for row in ids], "lengths as the rows give them"

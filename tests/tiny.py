@@ -19,3 +19,22 @@ def random_ids(batch: int, seq: int, seed: int) -> torch.LongTensor:
     ids = torch.randint(4, 12, (batch, seq), generator=torch.Generator().manual_seed(seed))
     ids[:, 0], ids[:, -1] = 2, 3
     return ids
+
+
+# the train.py flags of a tiny CTL run (backward: the direction that fits in a few steps), as `tiny_train_args` gives
+# them
+TINY_TRAIN = {
+    "preset": "ctl_cpu", "direction": "backward", "n_train": 512, "n_eval": 64, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 3, "per_device_train_batch_size": 32,
+    "per_device_eval_batch_size": 64, "disable_tqdm": "true", "seed": 1,
+}  # fmt: skip
+
+
+def tiny_train_args(**changes) -> list[str]:
+    """`train.py` flags of the tiny run, `changes` applied: a value replaces or adds a flag, None drops it (e.g.
+    `tiny_train_args(max_steps=40, seed=3)`)."""
+    flags = []
+    for name, value in {**TINY_TRAIN, **changes}.items():
+        if value is not None:
+            flags += [f"--{name}", str(value)]
+    return flags

@@ -12,20 +12,22 @@ Modules, in the order `train.py` uses them:
 - `locking`: one run per output folder (`lock_output_dir`: a second run fails at once, naming the holder)
 - `presets`: presets (`configuration/NAME.yaml`, `base:`), model variants, `--config_overrides`, `config_values`
 - `data`: your own files or dataset, read and checked; label names; `encode`
+- `token_labels`: your own token task (one label per word): its checks, encoding and `compute_metrics`
 - `checkpoints`: a new model or a checkpoint adapted to the data; the checkpoint to resume from
-- `trainer`: `NDRTrainer`, the depth-balanced samplers, per-depth `compute_metrics`, `evaluate_splits`
+- `trainer`: `NDRTrainer`, per-depth (and per-first-token) `compute_metrics`, `evaluate_splits`
+- `sampling`: how training samples are drawn: over depths, over root operators, with `--sample_shares`
 - `devices`: the global batch whatever the number of processes (`--total_batch_size`), `--precision`
 - `preemption`: time-boxed and preemptible runs (`--max_wall_minutes`, SIGTERM/SIGUSR1: a checkpoint, exit 75), and
   `run_in_chunks`, the driver that resumes them until they finish
-- `records`: `run_config.json` and the machine description
+- `processes`: the one way a child process is run (output, time limit, stop and kill, forwarded signals)
+- `records`: `run_config.json`, the machine description, `read_json`, and a run's logged history
+  (`evaluation_history`, `training_losses`)
 - `export`: the hub-ready folder and its model card
 - `atomic`: folders written whole or not at all (`atomic_folder`): exports, release folders, dataset repositories
 - `evaluation`: the one evaluation path, `predict`: predictions and steps per sample in padded batches, with fixed
   or adaptive steps (`evaluate_model.py`, `compare.py`, the export's adaptive-steps study and the benchmarks use it)
 - `adaptive`: for a CTL export, the adaptive-steps threshold chosen on `ood_valid`, and fixed against adaptive steps
   per split and depth (on the task's splits and on deeper compositions)
-- `continuation`: releases that keep training: a release's `last-checkpoint/` resumed for a time box wherever compute
-  is free, released again when `ood_valid` improves (`continue_release`; `make release-continue`, `make gpu-release`)
 - `schedules`: `PonderWeightSchedule`, ACT's ponder weight warmed up once the task starts to be learned
   (`--ponder_warmup_loss`, `--ponder_warmup_steps`)
 - `stopping`: `StopAtAccuracy`, training ended at the first evaluation where a split reaches an accuracy
@@ -89,16 +91,8 @@ from .locking import OutputDirLock, lock_output_dir
 from .preemption import EXIT_STOPPED, TimeBoxCallback, TrainingStopped, run_in_chunks
 from .presets import config_values, parse_config_overrides, read_preset, read_variant
 from .records import machine_description, run_record, training_record, write_run_config
-from .trainer import (
-    EVAL_SPLITS,
-    BalancedSampler,
-    NDRTrainer,
-    balanced_sampler,
-    depth_weights,
-    evaluate_splits,
-    load_depth_accuracy,
-    metrics_function,
-)
+from .sampling import BalancedSampler, SampleShare, balanced_sampler, depth_weights, parse_sample_shares
+from .trainer import EVAL_SPLITS, NDRTrainer, evaluate_splits, load_depth_accuracy, metrics_function
 
 
 __all__ = [
@@ -157,6 +151,8 @@ __all__ = [
     "NDRTrainer",
     "balanced_sampler",
     "depth_weights",
+    "SampleShare",
+    "parse_sample_shares",
     "evaluate_splits",
     "load_depth_accuracy",
     "metrics_function",

@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -37,6 +36,7 @@ import torch
 from transformers import TrainerCallback
 
 from .errors import UsageError
+from .processes import run_process
 
 
 logger = logging.getLogger(__name__)
@@ -298,7 +298,7 @@ def run_in_chunks(
             if one is due, and saving the checkpoint).
         output_dir: where the run writes (default: the command's `--output_dir`), to read `stopped.json`.
         max_chunks: give up after this many chunks.
-        **run_kwargs: passed to `subprocess.run` (`env`, `cwd`).
+        **run_kwargs: passed to `processes.run_process` (`env`, `cwd`, `log_path`).
 
     Returns:
         0 when the run finished; the exit status of a chunk that failed; `EXIT_STOPPED` after `max_chunks`.
@@ -313,7 +313,7 @@ def run_in_chunks(
             _remove(os.path.join(output_dir, STOPPED_FILE))
         started = time.monotonic()
         print(f"[chunks] chunk {chunk}: {' '.join(command + chunk_args)}", flush=True)
-        status = subprocess.run(command + chunk_args, **run_kwargs).returncode
+        status = run_process(command + chunk_args, **run_kwargs).returncode
         stop = read_stopped(output_dir) if output_dir else None
         minutes = (time.monotonic() - started) / 60
         if status == 0:

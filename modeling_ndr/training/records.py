@@ -1,11 +1,13 @@
 """What a run records about itself in `output_dir/run_config.json`: its preset and arguments, the NDRConfig fields
-it set, seeds, command, machine, an example of its data and, once trained, how long training took. The model card
+it set, seeds, command, machine, an example of its data and, once trained, how long training took; and what its
+`trainer_state.json` logged (`evaluation_history`, `training_losses`). The model card
 (`export.build_model_card`) and `hub_cards/make_model_repos.py` read it."""
 
 import datetime
 import json
 import os
 import platform
+import re
 import sys
 from dataclasses import asdict
 
@@ -101,3 +103,38 @@ def read_json(path: str):
         return None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UsageError(f"{path}: not a readable JSON file ({error})") from None
+
+
+# ---------------------------------------------------------------------------------------------- a run's history
+
+# Trainer logs each evaluation split in an entry of its own: `eval_<split>_accuracy`, with `_depth_<d>` per depth and
+# `_first_<TOKEN>[_depth_<d>]` per first token (`--eval_by_first_token`)
+_EVAL_KEY = re.compile(r"eval_(\w+?)_accuracy(?:_first_(\w+?))?(?:_depth_(\d+))?")
+
+
+def evaluation_history(trainer_state: dict) -> list[dict]:
+    """Every evaluation of a run: `[{"step": s, "<split>": {"accuracy": a, "by_depth": {d: a}, "by_first_token":
+    {TOKEN: a, "TOKEN_depth_d": a}}, ...}]` by step, the entries of one step merged.
+
+    Args:
+        trainer_state: the content of a checkpoint's `trainer_state.json` (its `log_history`).
+    """
+    by_step: dict[int, dict] = {}
+    for entry in trainer_state.get("log_history", []):
+        for key, value in entry.items():
+            if not (match := _EVAL_KEY.fullmatch(key)):
+                continue
+            split = by_step.setdefault(entry["step"], {}).setdefault(match[1], {"accuracy": None, "by_depth": {}})
+            if match[2] is not None:
+                token = match[2] + (f"_depth_{match[3]}" if match[3] is not None else "")
+                split.setdefault("by_first_token", {})[token] = value
+            elif match[3] is not None:
+                split["by_depth"][match[3]] = value
+            else:
+                split["accuracy"] = value
+    return [{"step": step, **splits} for step, splits in sorted(by_step.items())]
+
+
+def training_losses(trainer_state: dict) -> list[tuple[int, float]]:
+    """The logged training losses of a run: `[(step, loss), ...]`."""
+    return [(entry["step"], entry["loss"]) for entry in trainer_state.get("log_history", []) if "loss" in entry]

@@ -5,7 +5,7 @@ variant and split, with the step count each trained with and as its export loads
 steps; the paper's numbers beside ours), `comparison.png` (accuracy per depth), `curves.png` (learning curves of the
 variants below `FIT` on iid_test) and, with `args.results_dir`, the same as data (`compare_<task>[_<direction>].json`,
 `_details.json`) and the paper's comparison redrawn from it (`_paper.json`, `_paper.png`: `write_paper_comparison`,
-which `python -m modeling_ndr.training.comparison FILE` runs on committed data).
+which `python training/compare_report.py FILE` runs on committed data).
 A run is the dict `training/compare.py` builds per variant: `{"results": {split: {"accuracy", "by_depth"}},
 "as_loaded": {...}, "seconds": s, "recipe": {column: value}, "curve": {...}, "mean_steps": {...} or None}`, and
 `"budget": {...}` where the run was continued past its recipe's steps (`compare.py --budget_steps`; `budget_state`
@@ -216,7 +216,7 @@ def write_paper_figure(path: str, beside: dict, title: str):
 def write_paper_comparison(results_file: str) -> tuple[str, str]:
     """From a comparison's data (`compare_<task>[_<direction>].json`), write `..._paper.json` (`beside_the_paper`)
     and `..._paper.png` (`write_paper_figure`) next to it; returns their paths. `make compare` calls it with the
-    data it writes; `python -m modeling_ndr.training.comparison FILE` redraws them from committed data."""
+    data it writes; `python training/compare_report.py FILE` redraws them from committed data."""
     base = results_file[: -len(".json")]
     task, _, direction = os.path.basename(base)[len("compare_") :].partition("_")
     with open(results_file) as f:

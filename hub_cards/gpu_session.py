@@ -1,7 +1,7 @@
 """A GPU's time box in one command (`make gpu-session OUT=<folder> MINUTES=9`; docs/clusters.md).
 
-    python training/gpu_session.py --out OUT --minutes 9 [--release_args "..."] [--steps tests,attention]
-    python training/gpu_session.py --out OUT --minutes 4 --dry_run --release_args "--preset tiny_gpu_release_test ..."
+    python hub_cards/gpu_session.py --out OUT --minutes 9 [--release_args "..."] [--steps tests,attention]
+    python hub_cards/gpu_session.py --out OUT --minutes 4 --dry_run --release_args "--preset tiny_gpu_release_test ..."
 
 On a fresh CUDA machine with no network and the image's python (no virtualenv), within `--minutes` of wall clock:
 
@@ -36,8 +36,8 @@ stopped (SIGTERM to its process group, SIGKILL after a grace period) and a faile
 next. After every step the results are packed into OUT (`pack`), because the machines this runs on may hand back
 only at most 8 files of at most 16 MiB (64 MiB in all): `session.json` (each step's status, time and limit; the
 environment; what was packed), `session.tar.gz` (logs, test report, benchmark JSON) and `release-ndr-<task>.tar`
-with the released folder and its `last-checkpoint/` (split into `.part-NNN` files of 16 MiB where larger, named as
-`continuation.split_large_files` names them: `cat release-*.tar.part-* | tar -x`).
+with the released folder and its `last-checkpoint/` (split into `.part-NNN` files of 16 MiB where larger, as
+`file_parts` keeps files: `cat release-*.tar.part-* | tar -x`).
 
 `--dry_run` (`make gpu-session NO_CUDA=1`) hides CUDA and runs the same steps, sized for the CPU: the CUDA tests of
 `tests/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
@@ -49,27 +49,44 @@ import dataclasses
 import datetime
 import importlib.metadata
 import importlib.util
-import itertools
 import json
 import os
-import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Callable
 
+from gpu_session_plan import (  # noqa: F401  (TARGETS, pack, furthest_release: this script's names too)
+    MIB,
+    TARGETS,
+    Budget,
+    chunk_speed,
+    furthest_release,
+    missing_wheels,
+    pack,
+    release_copy,
+    release_options,
+    release_preset,
+    wheel_distribution,
+)
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load_by_path(name: str, path: str):
+    """A module of the checkout by its path: this script runs before anything is installed, and
+    `modeling_ndr/__init__.py` needs torch and transformers (the module itself uses the standard library only)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+processes = _load_by_path("ndr_processes", os.path.join(REPO, "modeling_ndr", "training", "processes.py"))
 RELEASES_DIR = os.path.join(REPO, "hub_cards", "models")
-MIB = 2**20
-# what the machines may hand back
-MAX_FILES, MAX_FILE_BYTES, MAX_TOTAL_BYTES = 8, 16 * MIB, 64 * MIB
-# the ood_test accuracy each GPU release is trained towards (make gpu-release TASK=<task>: hub_cards/models/ndr-<task>)
-TARGETS = {"ctl-forward": 0.99, "ctl-backward": 0.99, "arithmetic": 0.95, "listops": 0.95}
 # the steps in their order; `data` runs beside the steps after it (BACKGROUND), until the release (which reads it) or
 # the end of the session
 STEPS = ("install", "data", "release", "tests", "attention", "training_step")
@@ -84,7 +101,6 @@ SHARES = {"install": 0.05, "release": 0.65, "tests": 0.2, "attention": 0.05, "tr
 # waiting longer would take every second of it from the release's training, the session's one result that needs a GPU
 DATA_WAIT_SHARE = 0.25
 MIN_STEP_SECONDS = 5  # a step that would get less is skipped
-MIN_LIMIT_SECONDS = 60  # a step's share is at least this (where it is left): starting Python and torch takes seconds
 RELEASE_EVALUATION_SECONDS = 120  # kept from the release's training minutes for its evaluation and export
 DRY_RUN_RELEASE_MINUTES = 0.2
 # the CUDA tests and the Triton kernels' tests, which run compiled on a GPU (in Triton's interpreter without one)
@@ -97,168 +113,42 @@ ATTENTION_LENGTHS = "200,50,512"
 MODELS_COPY = os.path.join(REPO, "outputs", "gpu_session_models")
 # the `datasets` cache of the data and release steps (HF_DATASETS_CACHE), kept there too
 DATASETS_CACHE = os.path.join(REPO, "outputs", "gpu_session_datasets")
-# the preset of a GPU release without a line (hub_cards/make_model_repos.py's GPU_RELEASES), whose data the data step
-# prepares
-GPU_PRESETS = {"ctl-forward": "ctl_gpu", "ctl-backward": "ctl_backward_gpu", "arithmetic": "arithmetic_gpu",
-               "listops": "listops_gpu"}  # fmt: skip
 PACKAGES = ("torch", "triton", "transformers", "accelerate", "huggingface_hub", "safetensors", "tokenizers",
             "datasets", "evaluate", "numpy", "pandas", "pyarrow", "pytest")  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------- which release, budget
-
-
-def ood_test_accuracy(release_dir: str) -> float | None:
-    """The release's measured ood_test accuracy (`eval_results.json`), None if it has none."""
-    path = os.path.join(release_dir, "eval_results.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return json.load(f).get("ood_test", {}).get("accuracy")
-
-
-def furthest_release(models_dir: str, targets: dict[str, float] = TARGETS) -> tuple[str | None, dict[str, float]]:
-    """The task whose release (`<models_dir>/ndr-<task>/`) is furthest below its ood_test target, and every task's
-    distance to it (target minus accuracy; a release without results counts as accuracy 0). None when every release
-    has reached its target."""
-    gaps = {}
-    for task, target in targets.items():
-        accuracy = ood_test_accuracy(os.path.join(models_dir, f"ndr-{task}"))
-        gaps[task] = round(target - (accuracy or 0.0), 6)
-    task = max(gaps, key=gaps.get)
-    return (task if gaps[task] > 0 else None), gaps
-
-
-def release_options(release_args: list[str]) -> argparse.Namespace:
-    """What the session reads of `--release_args` (`hub_cards/make_model_repos.py`'s flags): `models_dir`, `preset`,
-    `switch_recipe`."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--models_dir", default=None)
-    parser.add_argument("--preset", default=None)
-    parser.add_argument("--switch_recipe", action="store_true")
-    return parser.parse_known_args(release_args)[0]
-
-
-def release_preset(task: str, release_dir: str, options: argparse.Namespace) -> str:
-    """The preset `make gpu-release` trains `task` with (`make_model_repos.py`'s `continue_line`): `--preset`, else
-    the line's own (its `last-checkpoint/continuation.json`) unless `--switch_recipe`, else the task's GPU preset."""
-    if options.preset:
-        return options.preset
-    line = os.path.join(release_dir, "last-checkpoint", "continuation.json")
-    if not options.switch_recipe and os.path.isfile(line):
-        with open(line) as f:
-            return json.load(f)["recipe"]["preset"]
-    return GPU_PRESETS[task]
-
-
-@dataclasses.dataclass
-class Budget:
-    """The session's wall clock: `reserve` seconds at the end are kept for stopping a step and packing."""
-
-    seconds: float
-    started: float = dataclasses.field(default_factory=time.monotonic)
-
-    @property
-    def reserve(self) -> float:
-        return min(60.0, max(10.0, 0.05 * self.seconds))
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def left(self) -> float:
-        """Seconds the steps may still use."""
-        return self.seconds - self.reserve - self.elapsed()
-
-    def limit(self, share: float, shares_left: float) -> float:
-        """A step's time limit: its `share` of the time left, of `shares_left` for it and the steps after it (at
-        least `MIN_LIMIT_SECONDS`), or what is left if that is less. The last step (`share == shares_left`) gets
-        all that is left, and the time a step leaves unused goes to the steps after it."""
-        left = self.left()
-        return max(0.0, min(max(left * share / shares_left, MIN_LIMIT_SECONDS), left))
 
 
 # --------------------------------------------------------------------------------------------------------- steps
 
 
 @dataclasses.dataclass
-class Started:
-    """A step's process, started (None: it could not be), with its output going to `log_path`."""
+class Running:
+    """A step's process (`processes.start_process`), with its output in `log_path` and its time limit, counted from
+    its start (the data step's is cut once the release is due)."""
 
     name: str
-    process: subprocess.Popen | None
+    process: "processes.Started"
     log_path: str
     limit: float
-    started: float = dataclasses.field(default_factory=time.monotonic)
 
 
-def start_step(name: str, command: list[str], log_path: str, limit: float, **popen_kwargs) -> Started:
-    """Start `command` in its own process group, with its output in `log_path`."""
-    with open(log_path, "w") as log:
-        log.write(f"$ {shlex.join(command)}\n")
-        log.flush()
-        try:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                       **popen_kwargs)  # fmt: skip
-        except OSError as error:
-            log.write(f"{error}\n")
-            process = None
-    return Started(name, process, log_path, limit)
+def start_step(name: str, command: list[str], log_path: str, limit: float, **popen_kwargs) -> Running:
+    """Start `command` in its own process group, with its output in `log_path` (the command first)."""
+    started = processes.start_process(command, log_path, header=True, own_group=True, **popen_kwargs)
+    return Running(name, started, log_path, limit)
 
 
-def finish_step(step: Started, grace: float) -> dict:
-    """Wait for a started step until its limit (counted from its start); past it its process group gets SIGTERM (a
-    training run saves a checkpoint then), and SIGKILL `grace` seconds later."""
-    process, limit = step.process, step.limit
-    if process is None:
-        return dict(name=step.name, status="failed", returncode=None, seconds=0.0, limit_seconds=round(limit, 1))
-    try:
-        returncode = process.wait(timeout=max(0.0, step.started + limit - time.monotonic()))
-        status = "passed" if returncode == 0 else "failed"
-    except subprocess.TimeoutExpired:
-        status = "timed out"
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        returncode = process.returncode
-    seconds = round(time.monotonic() - step.started, 1)
-    return dict(name=step.name, status=status, returncode=returncode, seconds=seconds, limit_seconds=round(limit, 1))
+def finish_step(step: Running, grace: float) -> dict:
+    """Wait for a started step until its limit; past it its process group gets SIGTERM (a training run saves a
+    checkpoint then), and SIGKILL `grace` seconds later."""
+    done = processes.finish_process(step.process, step.limit, grace)
+    status = "timed out" if done.timed_out else "passed" if done.returncode == 0 else "failed"
+    return dict(name=step.name, status=status, returncode=done.returncode, seconds=done.seconds,
+                limit_seconds=round(step.limit, 1))  # fmt: skip
 
 
 def run_step(name: str, command: list[str], log_path: str, limit: float, grace: float, **popen_kwargs) -> dict:
     """Run `command` with its output in `log_path`, stopped past `limit` seconds (`finish_step`)."""
     return finish_step(start_step(name, command, log_path, limit, **popen_kwargs), grace)
-
-
-def release_copy(source: str, copy: str) -> str | None:
-    """Make `copy` a copy of the release folder `source`, unless it exists (a previous session on this machine left
-    its line there) or `source` does not; whole or not at all. Returns what it copied from, None if nothing."""
-    if os.path.isdir(copy) or not os.path.isdir(source):
-        return None
-    partial = f"{copy}.copying"
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(source, partial)
-    os.replace(partial, copy)
-    return source
-
-
-def wheel_distribution(file_name: str) -> str:
-    """The distribution a wheel file holds (`datasets-5.2.0-py3-none-any.whl` -> `datasets`)."""
-    return re.sub(r"[-_.]+", "-", file_name.split("-")[0]).lower()
-
-
-def missing_wheels(wheels_dir: str) -> tuple[list[str], list[str]]:
-    """The wheels of `wheels_dir` whose distribution is not installed, and those that are (kept as installed)."""
-    missing, present = [], []
-    for wheel in sorted(f for f in os.listdir(wheels_dir) if f.endswith(".whl")) if os.path.isdir(wheels_dir) else []:
-        try:
-            importlib.metadata.version(wheel_distribution(wheel))
-            present.append(wheel)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(wheel)
-    return missing, present
 
 
 @dataclasses.dataclass
@@ -361,78 +251,6 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
     return [Step(name, commands[name], notes[name], envs.get(name, {})) for name in args.steps]
 
 
-# --------------------------------------------------------------------------------------------------------- packing
-
-
-def _move_in_parts(source: str, out: str, name: str, file_bytes: int) -> list[str]:
-    """Move `source` into `out` as `name`, or as `name.part-000`, `name.part-001`, ... of at most `file_bytes` each
-    (the part names of `modeling_ndr.training.continuation.split_large_files`; this script imports no ndr code)."""
-    if os.path.getsize(source) <= file_bytes:
-        shutil.move(source, os.path.join(out, name))
-        return [name]
-    parts = []
-    with open(source, "rb") as f:
-        for index in itertools.count():
-            chunk = f.read(file_bytes)
-            if not chunk:
-                break
-            parts.append(f"{name}.part-{index:03d}")
-            with open(os.path.join(out, parts[-1]), "wb") as part:
-                part.write(chunk)
-    os.remove(source)
-    return parts
-
-
-def _tar(path: str, folder: str, arcname: str, compress: bool, exclude: Callable[[str], object] | None) -> str:
-    with tarfile.open(path, "w:gz" if compress else "w") as tar:
-        tar.add(folder, arcname=arcname, filter=lambda info: None if exclude and exclude(info.name) else info)
-    return path
-
-
-def pack(
-    out: str,
-    work: str,
-    release_dir: str | None,
-    max_files: int = MAX_FILES,
-    max_file_bytes: int = MAX_FILE_BYTES,
-    max_total: int = MAX_TOTAL_BYTES,
-) -> dict:
-    """Write what the session keeps into `out` (emptied first: it holds only what this session packed), within the
-    limits, keeping one file for `session.json`: `session.tar.gz` (everything in `work` but the installed wheels),
-    then the released folder as `release-<name>.tar`, or without its `last-checkpoint/` where the whole does not
-    fit. Returns what it packed and what it left out."""
-    for name in os.listdir(out):
-        os.remove(os.path.join(out, name))
-    scratch = os.path.join(work, ".pack")
-    os.makedirs(scratch, exist_ok=True)
-    excluded = re.compile(r"^session/(site|\.pack)(/|$)")
-    session = _tar(os.path.join(scratch, "session.tar.gz"), work, "session", True, excluded.match)
-    files = _move_in_parts(session, out, "session.tar.gz", max_file_bytes)
-    packed = {"files": files, "left_out": []}
-    if release_dir and os.path.isdir(release_dir):
-        name = os.path.basename(os.path.normpath(release_dir))
-        checkpoint = re.compile(rf"^{re.escape(name)}/last-checkpoint(/|$)").match
-        attempts = (
-            (None, f"{name}/last-checkpoint/ (the release with it does not fit: {{:.1f}} MiB)"),
-            (checkpoint, f"{name}/ (it does not fit even without its last-checkpoint/: {{:.1f}} MiB)"),
-        )
-        for exclude, left_out in attempts:
-            tar = _tar(os.path.join(scratch, f"release-{name}.tar"), release_dir, name, False, exclude)
-            size = os.path.getsize(tar)
-            used = sum(os.path.getsize(os.path.join(out, file)) for file in packed["files"])
-            # a file and 1 MiB are kept for session.json
-            if len(packed["files"]) + -(-size // max_file_bytes) + 1 <= max_files and used + size + MIB <= max_total:
-                packed["files"] += _move_in_parts(tar, out, f"release-{name}.tar", max_file_bytes)
-                break
-            os.remove(tar)
-            packed["left_out"].append(left_out.format(size / MIB))
-    elif release_dir:
-        packed["left_out"].append(f"{release_dir} (no such folder)")
-    shutil.rmtree(scratch)
-    packed["files"].append("session.json")
-    return packed
-
-
 # --------------------------------------------------------------------------------------------------------- session
 
 
@@ -493,13 +311,15 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
     steps = session_steps(args, work, site, has_cuda)
     background = None  # (the data step, its process): it runs beside the steps after it
 
-    def finish(step: Step, started: Started) -> dict:
+    def finish(step: Step, started: Running) -> dict:
         result = finish_step(started, budget.reserve / 2)
         with open(started.log_path) as f:
             tail = f.read().splitlines()[-12:]
         print("\n".join(f"  | {line}" for line in tail), flush=True)
         if step.name == "data":
             step.note.update(prepared_data(os.path.join(work, "data"), args.datasets_cache))
+        if step.name == "release" and step.note.get("folder"):  # the chunk it trained: samples/s, time per step
+            step.note["speed"] = chunk_speed(step.note["folder"])
         return result
 
     def keep(step: Step, result: dict) -> None:
@@ -512,7 +332,7 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
         (`finish_step`), its note saying so and that `then`; keep its result."""
         step, started = background
         wait = DATA_WAIT_SHARE * max(0.0, budget.left())
-        started.limit = min(started.limit, time.monotonic() - started.started + wait)
+        started.limit = min(started.limit, time.monotonic() - started.process.started + wait)
         result = finish(step, started)
         if result["status"] == "timed out":
             step.note["stopped"] = (f"still running after a wait of {wait:.0f} s ({DATA_WAIT_SHARE:.0%} of the time "

@@ -11,7 +11,7 @@ A release folder (`hub_cards/models/ndr-<task>/`, the folder its Hub repository 
 - `last-checkpoint/`: the newest state of the line, in Trainer's `hub_strategy="checkpoint"` layout (weights,
   optimizer, scheduler, RNG states of every process, `trainer_state.json` with every evaluation so far), plus
   `continuation.json`: the recipe, the warm start and one record per chunk. Files over 16 MiB are stored in parts
-  (`NAME.part-000`, ...), joined again when the line resumes.
+  (`file_parts`), joined again when the line resumes.
 
 One continuation (`continue_release`):
 
@@ -39,251 +39,41 @@ import datetime
 import json
 import logging
 import os
-import re
 import shutil
-import signal
-import subprocess
 import tempfile
 import zipfile
 import zlib
 
+from file_parts import join_split_files, split_large_files
+from line_records import (
+    CONTINUATION_FILE,
+    CURVE_FILE,
+    LAST_CHECKPOINT,
+    _git_commit,
+    checkpoint_step,
+    chunk_record,
+    compute_record,
+    curve_points,
+    new_line,
+    read_line,
+    recipe_difference,
+    release_metric,
+    results_at,
+    samples_seen,
+    training_clock,
+)
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .atomic import atomic_folder, clean_leftovers
-from .checkpoints import checkpoint_problem, latest_complete_checkpoint
-from .errors import UsageError, first_line
-from .locking import OutputDirLock, lock_output_dir
-from .preemption import CLOCK_KEY, EXIT_STOPPED, STOP_SIGNALS, read_stopped
-from .records import read_json
+from modeling_ndr.training.atomic import atomic_folder, clean_leftovers
+from modeling_ndr.training.checkpoints import checkpoint_problem, latest_complete_checkpoint
+from modeling_ndr.training.errors import UsageError, first_line
+from modeling_ndr.training.locking import OutputDirLock, lock_output_dir
+from modeling_ndr.training.preemption import EXIT_STOPPED, read_stopped
+from modeling_ndr.training.processes import run_process
+from modeling_ndr.training.records import read_json
 
 
 logger = logging.getLogger(__name__)
-
-LAST_CHECKPOINT = "last-checkpoint"
-CONTINUATION_FILE = "continuation.json"
-CURVE_FILE = "training_curve.png"
-# the largest file a release keeps whole (the machines that hand back a GPU run's files take at most 16 MiB each)
-MAX_FILE_BYTES = 16 * 2**20
-PART = ".part-"
-# preset values that change what is written or shown, or how the work is spread over a machine, not what is trained:
-# a line resumes whatever they are (the global batch they make is compared instead: `total_batch`)
-BOOKKEEPING = {
-    "output_dir", "logging_steps", "report_to", "save_total_limit", "per_device_eval_batch_size", "disable_tqdm",
-    "dataloader_num_workers", "torch_threads", "use_cpu", "precision", "logging_nan_inf_filter",
-    "per_device_train_batch_size", "total_batch_size", "gradient_accumulation_steps",
-}  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------ files over 16 MiB
-
-
-def split_large_files(folder: str, max_bytes: int = MAX_FILE_BYTES) -> list[str]:
-    """Store every file of `folder` larger than `max_bytes` as parts `NAME.part-000`, `NAME.part-001`, ... of at most
-    `max_bytes` each (the file itself is removed).
-
-    Args:
-        folder: a checkpoint folder.
-        max_bytes: the largest part.
-
-    Returns:
-        The names of the files that were split.
-    """
-    split = []
-    for name in sorted(os.listdir(folder)):
-        path = os.path.join(folder, name)
-        if not os.path.isfile(path) or os.path.getsize(path) <= max_bytes:
-            continue
-        with open(path, "rb") as source:
-            index = 0
-            while block := source.read(max_bytes):
-                with open(f"{path}{PART}{index:03d}", "wb") as part:
-                    part.write(block)
-                index += 1
-        os.remove(path)
-        split.append(name)
-    return split
-
-
-def join_split_files(folder: str) -> list[str]:
-    """Join the parts that `split_large_files` wrote back into their files (the parts are removed).
-
-    Args:
-        folder: a checkpoint folder.
-
-    Returns:
-        The names of the files that were joined.
-    """
-    parts: dict[str, list[str]] = {}
-    for name in os.listdir(folder):
-        if match := re.fullmatch(rf"(.+){re.escape(PART)}(\d{{3}})", name):
-            parts.setdefault(match[1], []).append(name)
-    for name, pieces in parts.items():  # a lost part: nothing is joined
-        if missing := [f"{name}{PART}{i:03d}" for i in range(len(pieces)) if f"{name}{PART}{i:03d}" not in pieces]:
-            raise ValueError(f"{missing[0]} is missing (a part of a file kept in parts)")
-    for name, pieces in parts.items():
-        with open(os.path.join(folder, name), "wb") as target:
-            for piece in sorted(pieces):
-                with open(os.path.join(folder, piece), "rb") as source:
-                    shutil.copyfileobj(source, target)
-        for piece in pieces:
-            os.remove(os.path.join(folder, piece))
-    return sorted(parts)
-
-
-# ---------------------------------------------------------------------------------------- reading a line's state
-
-
-def checkpoint_step(folder: str) -> int:
-    """The global step of a checkpoint folder (its `trainer_state.json`)."""
-    return int(read_json(os.path.join(folder, "trainer_state.json"))["global_step"])
-
-
-def training_clock(trainer_state: dict) -> float:
-    """Seconds of training of the line so far, as the time box records them in every checkpoint."""
-    return float(((trainer_state.get("stateful_callbacks") or {}).get(CLOCK_KEY) or {}).get("seconds", 0.0))
-
-
-def evaluation_history(trainer_state: dict) -> list[dict]:
-    """Every evaluation of a line: `[{"step": s, "<split>": {"accuracy": a, "by_depth": {d: a}}, ...}]` by step.
-
-    Trainer logs each evaluation split in an entry of its own (`eval_<split>_accuracy`, `..._accuracy_depth_<d>`);
-    the entries of one step are merged.
-
-    Args:
-        trainer_state: the content of a checkpoint's `trainer_state.json`.
-    """
-    by_step: dict[int, dict] = {}
-    for entry in trainer_state.get("log_history", []):
-        for key, value in entry.items():
-            if match := re.fullmatch(r"eval_(\w+?)_accuracy(?:_depth_(\d+))?", key):
-                split = by_step.setdefault(entry["step"], {}).setdefault(match[1], {"accuracy": None, "by_depth": {}})
-                if match[2] is None:
-                    split["accuracy"] = value
-                else:
-                    split["by_depth"][match[2]] = value
-    return [{"step": step, **splits} for step, splits in sorted(by_step.items())]
-
-
-def results_at(trainer_state: dict, step: int) -> dict:
-    """The nested results (`eval_results.json`'s form) of the evaluation at `step`."""
-    for evaluation in evaluation_history(trainer_state):
-        if evaluation["step"] == step:
-            return {split: values for split, values in evaluation.items() if split != "step"}
-    raise ValueError(f"no evaluation at step {step} in the trainer state")
-
-
-def total_batch(values: dict, processes: int) -> int:
-    """Samples per optimizer step of a preset's values launched with `processes` processes."""
-    if values.get("total_batch_size"):
-        return int(values["total_batch_size"])
-    per_device = int(values.get("per_device_train_batch_size", 8))
-    return per_device * processes * int(values.get("gradient_accumulation_steps", 1))
-
-
-def samples_seen(continuation: dict, step: int) -> int:
-    """Training samples the line has seen at `step` of its Trainer state: the warm start's and every chunk's."""
-    samples = (continuation.get("warm_start") or {}).get("samples", 0)
-    for chunk in continuation.get("chunks", []):
-        if chunk["start_step"] < step:
-            samples += (min(chunk["end_step"], step) - chunk["start_step"]) * chunk["total_batch"]
-    return samples
-
-
-def warm_seconds(warm: dict) -> dict[str, float]:
-    """The warm start's training seconds per device (older records hold one number for one device)."""
-    seconds = warm.get("seconds") or {}
-    return dict(seconds) if isinstance(seconds, dict) else {warm.get("device", "unrecorded"): seconds}
-
-
-def compute_record(continuation: dict, step: int, clock: float | None = None) -> dict:
-    """What the line spent up to `step` (for the card): samples seen, optimizer steps, seconds of training per device
-    (the time box's clock: setup and evaluation after the last save excluded), chunks.
-
-    Args:
-        continuation: a line's `continuation.json`.
-        step: the step of the released checkpoint (the chunks after it are not counted).
-        clock: the line's training clock at `step` (its checkpoint's), for the chunk that `step` falls in; without
-            it that chunk's time is shared out by steps.
-
-    Returns:
-        `{"samples", "steps", "chunks", "seconds": {device: s}, "warm_start": {...} or None}`; the warm start's steps,
-        samples, seconds and chunks are included.
-    """
-    warm = continuation.get("warm_start") or {}
-    seconds = warm_seconds(warm)
-    chunks = [chunk for chunk in continuation.get("chunks", []) if chunk["start_step"] < step]
-    for chunk in chunks:
-        if chunk["end_step"] <= step:
-            spent = chunk["seconds"]
-        elif clock is not None and "start_seconds" in chunk:
-            spent = clock - chunk["start_seconds"]
-        else:
-            spent = chunk["seconds"] * (step - chunk["start_step"]) / max(1, chunk["end_step"] - chunk["start_step"])
-        seconds[chunk["device"]] = seconds.get(chunk["device"], 0.0) + spent
-    return {
-        "samples": samples_seen(continuation, step),
-        "steps": step + warm.get("steps", 0),
-        "chunks": len(chunks) + warm.get("chunks", 1 if warm.get("steps") else 0),
-        "seconds": {device: round(s, 1) for device, s in seconds.items()},
-        "warm_start": warm or None,
-    }
-
-
-def recipe_difference(line: dict, asked: dict) -> str | None:
-    """How the recipe asked for differs from the line's, in words (None: the same, bookkeeping fields aside).
-
-    Args:
-        line: the `recipe` of a line's `continuation.json`.
-        asked: the recipe of this continuation (`{"preset", "values", "total_batch"}`).
-    """
-    if line.get("preset") != asked.get("preset"):
-        return f"preset {line.get('preset')!r}, not {asked.get('preset')!r}"
-    old, new = line.get("values", {}), asked.get("values", {})
-    for name in sorted((set(old) | set(new)) - BOOKKEEPING):
-        if old.get(name) != new.get(name):
-            return (
-                f"{name}={old.get(name)!r} in the line's recipe, {new.get(name)!r} in preset {asked['preset']!r} now"
-            )
-    if line.get("total_batch") != asked.get("total_batch"):  # (the "resume" command is words for the card)
-        return f"a total batch of {line.get('total_batch')}, not {asked.get('total_batch')} (another process count?)"
-    return None
-
-
-# ---------------------------------------------------------------------------------------------- one continuation
-
-
-def chunk_record(
-    work_dir: str, checkpoint: str, start_step: int, start_seconds: float, total_batch: int, commit: str | None
-) -> dict:
-    """The record of the chunk that trained from `start_step` to `checkpoint` with the code of `commit`, read from
-    what train.py wrote."""
-    run_config = read_json(os.path.join(work_dir, "run_config.json")) or {}
-    state = read_json(os.path.join(checkpoint, "trainer_state.json"))
-    stopped = read_stopped(work_dir) or {}
-    return {
-        "start_step": start_step,
-        "end_step": state["global_step"],
-        "total_batch": total_batch,
-        "start_seconds": round(start_seconds, 1),
-        "seconds": round(training_clock(state) - start_seconds, 1),
-        "device": run_config.get("machine", "unrecorded"),
-        "precision": run_config.get("precision"),
-        "processes": run_config.get("processes"),
-        "finished": stopped.get("time") or datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "stop": stopped.get("reason") or ("horizon" if state["global_step"] >= state.get("max_steps", 0) else None),
-        "commit": commit,
-    }
-
-
-def _git_commit() -> str | None:
-    """The checkout's commit (`+changes` if tracked files differ from it), None outside a git checkout."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                text=True, check=True)  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head.stdout.strip() + ("+changes" if status.stdout.strip() else "") or None
 
 
 def write_last_checkpoint(release_dir: str, checkpoint: str, continuation: dict) -> str:
@@ -296,34 +86,6 @@ def write_last_checkpoint(release_dir: str, checkpoint: str, continuation: dict)
             json.dump(continuation, f, indent=2)
         split_large_files(staging)
     return target
-
-
-def metric_split(metric: str) -> str:
-    """The split a selection metric is measured on (`ood_valid_accuracy` or `eval_ood_valid_accuracy`: `ood_valid`)."""
-    return metric.removeprefix("eval_").removesuffix("_accuracy")
-
-
-def release_metric(release_dir: str, metric: str) -> float | None:
-    """The release's value of `metric` (`<split>_accuracy`, from its `eval_results.json`, with the fixed steps of
-    training where the export chose adaptive steps), None if there is none."""
-    results = read_json(os.path.join(release_dir, "eval_results.json")) or {}
-    values = results.get(metric_split(metric)) or {}
-    # a CTL export runs adaptive steps as loaded; the line's evaluations are the fixed steps of training
-    return values.get("fixed_steps", values).get("accuracy")
-
-
-def curve_points(continuation: dict, trainer_state: dict) -> list[dict]:
-    """The line's evaluations against samples seen: `[{"samples", "step", "<split>": accuracy}]` (the warm start's
-    own evaluation first, if it recorded one)."""
-    points = []
-    warm = continuation.get("warm_start") or {}
-    if warm.get("results"):
-        points.append({"samples": warm["samples"], "step": 0, **warm["results"]})
-    for evaluation in evaluation_history(trainer_state):
-        point = {"samples": samples_seen(continuation, evaluation["step"]), "step": evaluation["step"]}
-        point.update({split: values["accuracy"] for split, values in evaluation.items() if split != "step"})
-        points.append(point)
-    return points
 
 
 def write_release(
@@ -352,7 +114,7 @@ def write_release(
     Returns:
         `release_dir`.
     """
-    from ..plotting import plot_training_curve
+    from modeling_ndr.plotting import plot_training_curve
 
     step = checkpoint_step(checkpoint)
     clock = training_clock(read_json(os.path.join(checkpoint, "trainer_state.json")))
@@ -419,7 +181,7 @@ def continue_release(
         paper: see `write_release`.
         chunk_steps: stop the chunk after this many optimizer steps instead (`--max_chunk_steps`; with `minutes`
             too, whichever comes first); `minutes=None` and `chunk_steps=None` train to the line's horizon.
-        **run_kwargs: for `subprocess.run` (`env`, `cwd`).
+        **run_kwargs: for `processes.run_process` (`env`, `cwd`).
 
     Returns:
         A summary: `{"step", "samples", "released": bool, "metric", "release_value", "line_best", "finished"}`.
@@ -449,23 +211,6 @@ def release_lock(release_dir: str):
         yield
     finally:
         lock.release()
-
-
-def read_line(release_dir: str) -> dict | None:
-    """The `continuation.json` of a release's line (None: the release has no `last-checkpoint/`); a one-line
-    `UsageError` if `last-checkpoint/` is there without a readable one."""
-    last = os.path.join(release_dir, LAST_CHECKPOINT)
-    if not os.path.isdir(last):
-        return None
-    try:
-        line = read_json(os.path.join(last, CONTINUATION_FILE))
-    except (OSError, ValueError) as error:
-        raise UsageError(
-            f"{last}: {CONTINUATION_FILE} cannot be read ({first_line(error)}); nothing was changed"
-        ) from None
-    if not isinstance(line, dict) or "recipe" not in line:
-        raise UsageError(f"{last}: {CONTINUATION_FILE} is missing or not a line's record; nothing was changed")
-    return line
 
 
 def staged_checkpoint(last: str, work_dir: str) -> str:
@@ -575,7 +320,10 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
 
     chunk_command = command + start
     logger.info("%s: training from step %d: %s", name, line_step, " ".join(chunk_command))
-    newest = trained_checkpoint(f"{name}: the chunk", work_dir, run_chunk(chunk_command, **run_kwargs), line_step)
+    # SIGTERM/SIGUSR1 sent to this process (a session's limit, a scheduler) reach the training, which stops with a
+    # checkpoint (exit 75) that is then promoted as after a time box; a signal to the whole group stops it once
+    status = run_process(chunk_command, forward_signals=True, **run_kwargs).returncode
+    newest = trained_checkpoint(f"{name}: the chunk", work_dir, status, line_step)
     continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper)
     return _summary(release_dir, newest, continuation, released, recipe)
 
@@ -626,34 +374,6 @@ def trained_checkpoint(what: str, work_dir: str, status: int, start_step: int) -
     return newest
 
 
-def run_chunk(command: list[str], **run_kwargs) -> int:
-    """Run a chunk's training and return its exit status, passing SIGTERM and SIGUSR1 on to it and waiting for it.
-
-    A continuation stopped from outside (a session's time limit, a scheduler's preemption signal) would otherwise die
-    at once and leave the chunk it trained unpromoted: train.py stops with a checkpoint when signalled (exit 75), and
-    the continuation then releases and keeps it as after a time box. Signals sent to the whole process group reach
-    the training twice, which stops it once."""
-    process = subprocess.Popen(command, **run_kwargs)
-
-    def forward(signum, frame):
-        if process.poll() is None:
-            process.send_signal(signum)
-
-    previous = {}
-    for name in STOP_SIGNALS:
-        number = getattr(signal, name, None)
-        if number is not None:
-            try:
-                previous[number] = signal.signal(number, forward)
-            except ValueError:  # not the main thread: the signals keep their handlers
-                break
-    try:
-        return process.wait()
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
 def _pending(work_dir: str) -> dict | None:
     """The record a continuation leaves in its work folder while it trains (None if there is none, or unreadable)."""
     try:
@@ -673,33 +393,6 @@ def _adoptable(pending: dict, continuation: dict | None, recipe: dict, line_step
         and pending["pending"].get("start_step") == line_step
         and newest_step > line_step
     )
-
-
-def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
-    """The `continuation.json` of a new line: its recipe and, from the release's weights, what they had cost (the
-    whole compute record of a release that a line made, else its one run)."""
-    warm = None
-    if warm_start:
-        if not os.path.isfile(os.path.join(release_dir, "model.safetensors")):
-            raise UsageError(f"{release_dir}: no released weights to start from (pass --from_scratch)")
-        run_config = read_json(os.path.join(release_dir, "run_config.json")) or {}
-        results = read_json(os.path.join(release_dir, "eval_results.json")) or {}
-        training = run_config.get("training") or {}
-        if previous := run_config.get("continuation"):
-            spent = {key: previous[key] for key in ("steps", "samples", "seconds", "chunks")}
-        else:
-            steps = training.get("steps", 0)
-            batch = total_batch(run_config.get("preset_values") or {}, run_config.get("processes") or 1)
-            device = run_config.get("machine", "unrecorded")
-            spent = {"steps": steps, "samples": steps * batch, "seconds": {device: training.get("seconds", 0.0)},
-                     "chunks": training.get("chunks", 1)}  # fmt: skip
-        warm = {
-            "from": os.path.basename(os.path.abspath(release_dir)),
-            **spent,
-            "results": {split: values.get("fixed_steps", values)["accuracy"] for split, values in results.items()},
-        }
-    line_id = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    return {"line_id": line_id, "recipe": recipe, "warm_start": warm, "chunks": []}
 
 
 def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[dict, bool]:

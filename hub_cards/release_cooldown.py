@@ -20,31 +20,32 @@ import logging
 import os
 import shutil
 
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-from .atomic import clean_leftovers
-from .continuation import (
+from line_records import (
     CONTINUATION_FILE,
     LAST_CHECKPOINT,
-    _check_work_dir_free,
     _git_commit,
     checkpoint_step,
     chunk_record,
-    clear_work_dir,
-    evaluation_history,
     metric_split,
-    read_json,
     read_line,
-    release_lock,
     release_metric,
+    training_clock,
+)
+from release_line import (
+    _check_work_dir_free,
+    clear_work_dir,
+    release_lock,
     resume_in,
-    run_chunk,
     staged_checkpoint,
     trained_checkpoint,
-    training_clock,
     write_release,
 )
-from .errors import UsageError
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from modeling_ndr.training.atomic import clean_leftovers
+from modeling_ndr.training.errors import UsageError
+from modeling_ndr.training.processes import run_process
+from modeling_ndr.training.records import evaluation_history, read_json
 
 
 logger = logging.getLogger(__name__)
@@ -97,11 +98,11 @@ def cooldown_release(
         command: the line's train.py launch (`--preset`, `--output_dir`, the total batch); the branch's schedule,
             horizon and `--resume_from_checkpoint` are added.
         steps: the branch's steps (Trainer evaluates the last one whether or not it is an evaluation step).
-        publish: as `continuation.write_release`.
-        paper: as `continuation.write_release`.
+        publish: as `release_line.write_release`.
+        paper: as `release_line.write_release`.
         decay_type: the decay's shape.
         minutes: a time box (`--max_wall_minutes`); a branch cut by it releases what it evaluated.
-        **run_kwargs: for `subprocess.run`.
+        **run_kwargs: for `processes.run_process` (`env`, `cwd`).
 
     Returns:
         `{"start_step", "step", "released", "metric", "branch_best", "release_value"}`.
@@ -136,7 +137,7 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
     limits = ["--max_wall_minutes", f"{minutes:g}"] if minutes else []
     branch_command = command + arguments + limits + ["--resume_from_checkpoint", resume]
     logger.info("%s: cooldown branch from step %d, %d steps: %s", name, start, steps, " ".join(branch_command))
-    status = run_chunk(branch_command, **run_kwargs)
+    status = run_process(branch_command, forward_signals=True, **run_kwargs).returncode
     newest = trained_checkpoint(f"{name}: the cooldown branch", work_dir, status, start)
 
     state = read_json(os.path.join(newest, "trainer_state.json"))
