@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 from scripts import load_script
+from tiny import tiny_config
 
 from modeling_ndr import (
-    NDRConfig,
     NDRForSequenceClassification,
     NDRModel,
     build_tokenizer,
@@ -22,13 +22,6 @@ from modeling_ndr import (
 
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def tiny_config(**overrides) -> NDRConfig:
-    values = dict(vocab_size=12, hidden_size=16, intermediate_size=16, num_attention_heads=2, num_hidden_layers=2,
-                  num_labels=3, hidden_dropout_prob=0.0, attention_dropout=0.0, gate_dropout=0.0)  # fmt: skip
-    values.update(overrides)
-    return NDRConfig(**values)
 
 
 def batch(size=2, length=5):
@@ -221,8 +214,10 @@ def test_huge_task_sizes_are_refused_at_once_with_the_size_asked_for():
 
 
 def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "training" / name), *args], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)  # fmt: skip
+    """`training/NAME` with `args`; `export.py` is the package's `python -m modeling_ndr.training export`."""
+    program = ["-m", "modeling_ndr.training", "export"] if name == "export.py" else [str(REPO / "training" / name)]
+    return subprocess.run([sys.executable, *program, *args], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)  # fmt: skip
 
 
 def load_train():

@@ -1,4 +1,4 @@
-"""End-to-end tests of training/train.py and training/export.py on a tiny model and small data."""
+"""End-to-end tests of training/train.py and `python -m modeling_ndr.training export` on a tiny model and data."""
 
 import json
 import os
@@ -13,6 +13,7 @@ import torch
 from hub_cache import install_in_hub_cache
 from huggingface_hub import ModelCard
 from scripts import load_script
+from tiny import tiny_train_args
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel, training
@@ -21,12 +22,7 @@ from modeling_ndr.training import export
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "training" / "train.py"
-TINY = [
-    "--preset", "ctl_cpu", "--direction", "backward", "--n_train", "512", "--n_eval", "64",
-    "--hidden_size", "32", "--intermediate_size", "64", "--num_hidden_layers", "3",
-    "--per_device_train_batch_size", "32", "--per_device_eval_batch_size", "64",
-    "--disable_tqdm", "true", "--seed", "1",
-]  # fmt: skip
+TINY = tiny_train_args()
 
 
 @pytest.fixture(scope="module")
@@ -175,10 +171,10 @@ def test_model_card_sets_the_result_against_the_papers(trained_run):
     assert export.paper_reference(arithmetic, {"iid_test": {"accuracy": 1.0, "by_depth": {}}}) is None
 
 
-def test_standalone_export_script(trained_run, tmp_path):
+def test_standalone_export_command(trained_run, tmp_path):
     output_dir, _ = trained_run
     result = subprocess.run(
-        [sys.executable, str(REPO / "training" / "export.py"), str(output_dir / "checkpoint-8"),
+        [sys.executable, "-m", "modeling_ndr.training", "export", str(output_dir / "checkpoint-8"),
          str(tmp_path / "out")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -40,10 +40,12 @@ import datasets
 import huggingface_hub
 import torch
 import transformers
-from transformers import DataCollatorWithPadding, set_seed
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, set_seed
 
 import modeling_ndr
 from modeling_ndr.geometric_ndr import cpu_kernel_available, kernel_mode
+from modeling_ndr.metrics import load_token_accuracy
+from modeling_ndr.tasks import TOKEN_LABEL_NAMES, TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
 from modeling_ndr.training import (
     EVAL_SPLITS,
     EXIT_STOPPED,
@@ -83,9 +85,11 @@ from modeling_ndr.training.data import cache_files, check_encoded
 from modeling_ndr.training.devices import gpu_preset_on_cpu, precision_note
 from modeling_ndr.training.export import EXPORT_FILES
 from modeling_ndr.training.locking import lock_output_dir
+from modeling_ndr.training.sampling import resolve_sample_shares
 from modeling_ndr.training.schedules import PonderWeightSchedule
 from modeling_ndr.training.stopping import StopAtAccuracy, parse_stop_at_accuracy
-from modeling_ndr.training.trainer import add_first_token_column, first_token_metric_names, resolve_sample_shares
+from modeling_ndr.training.token_labels import encode_token_task, is_token_task, token_metrics_function
+from modeling_ndr.training.trainer import add_first_token_column, first_token_metric_names
 
 
 logger = logging.getLogger("ndr.train")
@@ -147,11 +151,16 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
 
     # ---- the labels: your own files (read and checked now), or the task's
     sources = None  # what names each split of your own data in a message (a file, and its lines)
+    per_token = False  # your own token task: one label per word (NDRForTokenClassification)
     if data_args.own_data:
         with training_args.main_process_first(desc="read the data files"):
             raw, sources, label_names = prepare_own_data(data_args)
         eval_splits = [split for split in raw if split != "train"]
         texts = raw["train"]["text"]
+        per_token = is_token_task(raw)
+    elif data_args.task in TOKEN_TASK_NAMES:  # copy, reverse, addition, carry: one label per token, split per length
+        raw, label_names, texts, per_token = None, list(TOKEN_LABEL_NAMES), None, True
+        eval_splits = [split for split in TOKEN_SPLIT_NAMES[data_args.task] if split != "train"]
     else:
         raw, label_names, eval_splits, texts = None, modeling_ndr.task_label_names(data_args.task), EVAL_SPLITS, None
     check_best_metric(training_args, list(eval_splits), given)
@@ -161,15 +170,16 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
 
     # ---- the model: new, or a checkpoint adapted to the data's words and labels
     set_seed(training_args.seed)
-    tokenizer, model = build_tokenizer_and_model(data_args, model_args, label_names, texts, values)
+    tokenizer, model = build_tokenizer_and_model(data_args, model_args, label_names, texts, values, per_token)
 
     # ---- the data: the task generated (once, then cached), tokenized
     data_started = time.time()
     with training_args.main_process_first(desc="generate and tokenize the data"):
         if raw is None:
             options = {"direction": data_args.direction} if data_args.direction else {}
+            load = modeling_ndr.load_token_task if per_token else modeling_ndr.load_task
             try:
-                raw = modeling_ndr.load_task(
+                raw = load(
                     data_args.task, seed=data_args.task_seed, n_train=data_args.n_train, n_eval=data_args.n_eval,
                     **options,
                 )  # fmt: skip
@@ -177,7 +187,10 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
                 raise UsageError(str(error)) from None
         else:
             warn_unknown_words(raw, tokenizer)
-        data = encode(raw, tokenizer, model.config.label2id, sources)
+        if per_token:  # labels lined up with the tokens, -100 where nothing is scored; each row's length
+            data = encode_token_task(raw, tokenizer, model.config.label2id)
+        else:
+            data = encode(raw, tokenizer, model.config.label2id, sources)
         check_encoded(data, model.config, sources)  # a training step on a GPU checks no input values
     files = cache_files(raw, data)
     written = [path for path in files if os.path.getmtime(path) >= data_started]  # the others were in the cache
@@ -191,19 +204,19 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         print(f"prepared the data ({len(written)} of {len(files)} cache files written); no step trained")
         return {}
     with training_args.main_process_first(desc="load the evaluate metric"):
-        depth_accuracy = load_depth_accuracy()
+        metric = load_token_accuracy() if per_token else load_depth_accuracy()
+    compute_metrics = token_metrics_function(metric) if per_token else metrics_function(metric)
     logger.info("model: %s parameters, config %s", f"{model.num_parameters():,}", model.config.to_diff_dict())
 
     # ---- the trainer: the depth (and the first token) travel to compute_metrics, not to the model
     has_depth = "depth" in data["train"].column_names
-    training_args.label_names = ["labels", "depth"] if has_depth else ["labels"]
-    first_token_names = None
+    training_args.label_names = ["labels", "depth"] if has_depth else ["labels", "length"] if per_token else ["labels"]
     if data_args.eval_by_first_token:  # ListOps' curves per root operator (--eval_by_first_token)
         if not has_depth:
             raise UsageError("--eval_by_first_token needs depths (your data: --depth_column)")
         data = add_first_token_column(data)
         training_args.label_names.append("first_token")
-        first_token_names = first_token_metric_names(tokenizer)
+        compute_metrics = metrics_function(metric, first_token_metric_names(tokenizer))
     sample_shares = resolve_sample_shares(data_args.sample_shares, tokenizer, data["train"])
     trainer = NDRTrainer(
         model=model,
@@ -211,8 +224,10 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         train_dataset=data["train"],
         eval_dataset={split: data[split] for split in eval_splits} or None,
         processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=metrics_function(depth_accuracy, first_token_names),
+        data_collator=DataCollatorForTokenClassification(tokenizer)
+        if per_token
+        else DataCollatorWithPadding(tokenizer),
+        compute_metrics=compute_metrics,
         balance_depths=data_args.balance_depths,
         balance_operators=data_args.balance_operators,
         sample_shares=sample_shares,
@@ -232,9 +247,12 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     if training_args.should_save:
         os.makedirs(training_args.output_dir, exist_ok=True)
         example = data[eval_splits[-1] if eval_splits else "train"][0]
+        labels = example["labels"]
         example = {
             "text": tokenizer.decode(example["input_ids"], skip_special_tokens=True),
-            "label": model.config.id2label.get(example["labels"], str(example["labels"])),
+            "label": [None if i == -100 else model.config.id2label[i] for i in labels[1:-1]]
+            if per_token
+            else model.config.id2label.get(labels, str(labels)),
         }
         run_config = run_record(data_args, model_args, run_args, training_args, preset, values, example)
         write_run_config(training_args.output_dir, run_config)

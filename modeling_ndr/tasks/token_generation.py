@@ -187,7 +187,7 @@ def load_token_task(
     return datasets.DatasetDict(splits)
 
 
-def encode_token_rows(batch: dict, tokenizer) -> dict:
+def encode_token_rows(batch: dict, tokenizer, label2id: dict[str, int] | None = None) -> dict:
     """Token ids and label ids of a batch of rows, for `NDRForTokenClassification`; the function of
     `dataset.map(encode_token_rows, batched=True, fn_kwargs={"tokenizer": tokenizer}, remove_columns=["text"])`.
 
@@ -195,12 +195,15 @@ def encode_token_rows(batch: dict, tokenizer) -> dict:
         batch (`dict`): columns `text` and `labels` (a list per row, one label per space-separated token, `None`
             where nothing is scored).
         tokenizer: a word-level tokenizer (`token_task_tokenizer(name)`), which gives each text token one id.
+        label2id (`dict`, *optional*): the id of each label (a model's `config.label2id`); default: the position in
+            `TOKEN_LABEL_NAMES`.
 
     Returns:
         `dict` with `input_ids`, `attention_mask` and `labels`: the id of each label in `TOKEN_LABEL_NAMES`, -100
         at [BOS], [EOS] and the unscored tokens.
     """
-    encoded = tokenizer(batch["text"])
+    encoded = tokenizer(batch["text"], verbose=False)
+    label2id = _LABEL_IDS if label2id is None else label2id
     label_ids = []
     for row, (text, labels) in enumerate(zip(batch["text"], batch["labels"])):
         if len(labels) != len(text.split()):
@@ -208,9 +211,9 @@ def encode_token_rows(batch: dict, tokenizer) -> dict:
         ids = []
         for word in encoded.word_ids(row):
             label = None if word is None else labels[word]
-            if label is not None and label not in _LABEL_IDS:
-                raise ValueError(f"row {row}: label {label!r} is not one of {', '.join(TOKEN_LABEL_NAMES)}")
-            ids.append(-100 if label is None else _LABEL_IDS[label])
+            if label is not None and label not in label2id:
+                raise ValueError(f"row {row}: label {label!r} is not one of {', '.join(label2id)}")
+            ids.append(-100 if label is None else label2id[label])
         label_ids.append(ids)
     return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"], "labels": label_ids}
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from ..tasks import TASK_NAMES
+from ..tasks import TASK_NAMES, TOKEN_TASK_NAMES
 from .devices import precision_defaults
 from .errors import UsageError
 from .presets import default_preset, read_preset, variant_flags
@@ -18,7 +18,7 @@ from .presets import default_preset, read_preset, variant_flags
 logger = logging.getLogger(__name__)
 # flags that only make sense with one source of data
 TASK_FLAGS = ("direction", "n_train", "n_eval", "task_seed")
-OWN_DATA_FLAGS = ("text_column", "label_column", "depth_column")
+OWN_DATA_FLAGS = ("text_column", "label_column", "depth_column", "token_labels")
 # the flags that name your own data (any of them makes a run one on your data)
 OWN_DATA_SOURCES = ("dataset_name", "train_file", "validation_file", "test_file", "eval_files")
 
@@ -87,7 +87,15 @@ class DataArguments:
         },
     )
     text_column: str = field(default="text", metadata={"help": "Column of the input: space-separated tokens."})
-    label_column: str = field(default="label", metadata={"help": "Column of the class (a name or a number)."})
+    label_column: str = field(
+        default="label",
+        metadata={"help": "Column of the class (a name or a number), or of one label per word (a JSON list, null "
+                  "where nothing is scored: a token task, trained with NDRForTokenClassification)."},
+    )  # fmt: skip
+    token_labels: bool = field(
+        default=False,
+        metadata={"help": "The label column of a csv holds one label per word, space-separated (null: not scored)."},
+    )
     depth_column: str | None = field(
         default=None, metadata={"help": "Column of each sample's depth (an integer): accuracy per depth."}
     )
@@ -331,8 +339,11 @@ def check_data_arguments(data_args: DataArguments, given: set[str], preset: dict
     """
     if not data_args.own_data:
         data_args.task = data_args.task or "ctl"
-        if data_args.task not in TASK_NAMES:
-            raise UsageError(f"--task {data_args.task!r} is not a task; choose one of {TASK_NAMES}")
+        if data_args.task not in TASK_NAMES + TOKEN_TASK_NAMES:
+            raise UsageError(
+                f"--task {data_args.task!r} is not a task; choose one of {TASK_NAMES} (one label per text) or "
+                f"{TOKEN_TASK_NAMES} (one label per token)"
+            )
         if wrong := [flag for flag in OWN_DATA_FLAGS if flag in given]:
             raise UsageError(
                 f"--{wrong[0]} is for your own data (--train_file, --dataset_name); the {data_args.task} task's "

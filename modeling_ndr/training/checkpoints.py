@@ -14,7 +14,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .. import tasks
 from ..configuration_ndr import NDRConfig
-from ..modeling_ndr import NDRForSequenceClassification
+from ..modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification
 from ..tokenization_ndr import NDRTokenizerFast, build_tokenizer, extend_tokenizer
 from .arguments import DataArguments, ModelArguments
 from .errors import UsageError, first_line
@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 RESUME_LATEST = ("auto", "latest", "last", "true", "True")
 # the classification head: re-initialised when the labels change (its weights have names starting with this)
 HEAD = "classifier"
+# the model of a run: one label per text, or one per token (your own token task: `token_labels`)
+MODEL_CLASSES = {False: NDRForSequenceClassification, True: NDRForTokenClassification}
 # NDRConfig fields that change the shapes of the weights (named in the error when a checkpoint does not fit)
 SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "attention_type", "copy_gate")
 
@@ -182,6 +184,12 @@ def check_problem_type(problem_type: str | None, origin: str) -> None:
         )
 
 
+def task_tokenizer(task: str):
+    """The tokenizer of a generated task: one of the paper's (`tasks.task_tokenizer`) or a token task's
+    (`tasks.token_task_tokenizer`)."""
+    return tasks.token_task_tokenizer(task) if task in tasks.TOKEN_TASK_NAMES else tasks.task_tokenizer(task)
+
+
 def label_config(label_names: list[str]) -> dict:
     """The NDRConfig fields of a label set: `id2label` and `label2id`, ids in the order of `label_names`."""
     return {
@@ -190,7 +198,7 @@ def label_config(label_names: list[str]) -> dict:
     }
 
 
-def new_model(task: str | None, values: dict, label_names: list[str], texts: list[str]):
+def new_model(task: str | None, values: dict, label_names: list[str], texts: list[str], per_token: bool = False):
     """A fresh tokenizer and model.
 
     Args:
@@ -198,12 +206,13 @@ def new_model(task: str | None, values: dict, label_names: list[str], texts: lis
         values: the NDRConfig fields to set.
         label_names: the classes, in id order.
         texts: the training texts (own data): every word in them gets a token.
+        per_token: one label per token (`NDRForTokenClassification`), not per text.
 
     Returns:
         `(tokenizer, model)`; a `UsageError` for an invalid NDRConfig setting.
     """
-    tokenizer = tasks.task_tokenizer(task) if task else build_tokenizer(texts=texts)
-    if task:
+    tokenizer = task_tokenizer(task) if task else build_tokenizer(texts=texts)
+    if task in tasks.TASK_NAMES:
         values = {"readout": tasks.task_readout(task), **values}
     try:
         config = NDRConfig(
@@ -216,10 +225,12 @@ def new_model(task: str | None, values: dict, label_names: list[str], texts: lis
         )
     except (ValueError, TypeError) as error:
         raise UsageError(str(error).splitlines()[0]) from None
-    return tokenizer, NDRForSequenceClassification(config)
+    return tokenizer, MODEL_CLASSES[per_token](config)
 
 
-def adapted_checkpoint(path: str, task: str | None, values: dict, label_names: list[str], texts: list[str]):
+def adapted_checkpoint(
+    path: str, task: str | None, values: dict, label_names: list[str], texts: list[str], per_token: bool = False
+):
     """A trained NDR ready for this data: its tokenizer with the data's new words added and the embeddings resized
     (old ids keep their rows), and a new classification head if its labels are not the data's.
 
@@ -229,6 +240,8 @@ def adapted_checkpoint(path: str, task: str | None, values: dict, label_names: l
         values: NDRConfig fields to set on the checkpoint's config (they must not change the weights' shapes).
         label_names: the data's classes.
         texts: texts holding every word of the data.
+        per_token: load it as `NDRForTokenClassification` (a token task; a sequence classifier's encoder loads into
+            it, and its head where the labels are the same).
 
     Returns:
         `(tokenizer, model)`; a `UsageError` if the checkpoint is not an NDR or its weights do not fit.
@@ -244,7 +257,7 @@ def adapted_checkpoint(path: str, task: str | None, values: dict, label_names: l
     if not new_head:
         label_names = checkpoint_labels  # the same classes: keep the checkpoint's ids, and with them its head
     try:
-        model, loading = NDRForSequenceClassification.from_pretrained(
+        model, loading = MODEL_CLASSES[per_token].from_pretrained(
             path, **values, **label_config(label_names), ignore_mismatched_sizes=True, output_loading_info=True
         )
     except ValueError as error:
@@ -293,7 +306,7 @@ def adapted_tokenizer(path: str, task: str | None, texts: list[str], model):
             raise UsageError(
                 f"--model_name_or_path {path}: no tokenizer files; the model's word ids are unknown"
             ) from None
-        tokenizer = tasks.task_tokenizer(task)
+        tokenizer = task_tokenizer(task)
         logger.info("%s has no tokenizer files: using the %s task's tokenizer", path, task)
     try:
         extended = extend_tokenizer(tokenizer, texts)
@@ -315,7 +328,12 @@ def adapted_tokenizer(path: str, task: str | None, texts: list[str], model):
 
 
 def build_tokenizer_and_model(
-    data_args: DataArguments, model_args: ModelArguments, label_names, texts=None, values: dict | None = None
+    data_args: DataArguments,
+    model_args: ModelArguments,
+    label_names,
+    texts=None,
+    values: dict | None = None,
+    per_token: bool = False,
 ):
     """The tokenizer and the model of a run; every problem is reported before any step is trained.
 
@@ -325,6 +343,7 @@ def build_tokenizer_and_model(
         label_names: the data's classes, in id order.
         texts: the training texts of your own data (for the paper's tasks the task's vocabulary is used).
         values: the NDRConfig fields to set (default: `config_values(model_args)`).
+        per_token: a token task (one label per token: `NDRForTokenClassification`).
 
     Returns:
         `(tokenizer, model)`.
@@ -333,7 +352,7 @@ def build_tokenizer_and_model(
     values = config_values(model_args) if values is None else values
     check_problem_type(values.get("problem_type"), "--config_overrides problem_type")
     if task:
-        texts = [" ".join(tasks.task_vocabulary(task))]
+        texts = [" ".join(task_tokenizer(task).get_vocab())]
     if model_args.model_name_or_path:
-        return adapted_checkpoint(model_args.model_name_or_path, task, values, label_names, texts)
-    return new_model(task, values, label_names, texts)
+        return adapted_checkpoint(model_args.model_name_or_path, task, values, label_names, texts, per_token)
+    return new_model(task, values, label_names, texts, per_token)

@@ -16,6 +16,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import token_labels
 from .arguments import DataArguments
 from .data_files import (  # noqa: F401  (re-exported: the reading half of own data lives in data_files)
     DATA_FILE_FORMATS,
@@ -292,10 +293,20 @@ def prepare_own_data(data_args: DataArguments) -> tuple[datasets.DatasetDict, di
         data_args: the run's data arguments (own data).
 
     Returns:
-        `(data, sources, label_names)`: the splits with text/label[/depth] columns, the words that name each split
-        in an error, and the training labels in id order.
+        `(data, sources, label_names)`: the splits with text/label[/depth] columns (a token task's `label`: a list per
+        row, `token_labels.is_token_task`), the words that name each split in an error, and the training labels in
+        id order.
     """
     data, sources = read_own_data(data_args)
+    if token_labels.has_token_labels(data["train"], data_args.label_column, data_args.token_labels):
+        data = datasets.DatasetDict({
+            split: token_labels.token_columns(dataset, sources[split], data_args.text_column, data_args.label_column,
+                                              data_args.token_labels)
+            for split, dataset in data.items()
+        })  # fmt: skip
+        label_names = token_labels.token_label_names(data["train"])
+        token_labels.check_eval_token_labels(data, sources, label_names)
+        return data, sources, label_names
     data = datasets.DatasetDict(
         {split: standard_columns(dataset, sources[split], data_args) for split, dataset in data.items()}
     )

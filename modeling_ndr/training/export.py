@@ -20,8 +20,9 @@ import re
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..modeling_ndr import NDRForSequenceClassification
+from ..modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification
 from ..tables import markdown_table
+from ..tasks import TOKEN_TASK_NAMES
 from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
 from .atomic import atomic_folder, check_replaceable
@@ -34,6 +35,10 @@ TASK_TITLES = {
     "ctl": "compositional table lookup ({direction})",
     "arithmetic": "simple arithmetic modulo 10",
     "listops": "ListOps (depth-controlled)",
+    "copy": "copy (one output per input symbol)",
+    "reverse": "reverse (one output per input symbol)",
+    "addition": "integer addition, one output digit per blank",
+    "carry": "addition as a carry task, one digit position per token",
 }
 
 # The paper's NDR on each task's ood_test (Csordás et al. 2022, Table 1/2: mean of 5 seeds, its GPU recipe: the
@@ -73,6 +78,8 @@ def results_table(eval_results: dict) -> str:
     """Markdown table of each split's accuracy and its accuracy per depth (printed by train.py, used in the card and
     by evaluate_model.py). Depth keys may be strings (as read from JSON) or integers; data without depths gives a
     table of accuracies only."""
+    if any("by_length" in values for values in eval_results.values()):  # a token task: sequence accuracy per length
+        return _by_length_table(eval_results)
     by_depth = {split: {int(d): a for d, a in values["by_depth"].items()} for split, values in eval_results.items()}
     depths = sorted({d for values in by_depth.values() for d in values})
     rows = []
@@ -80,6 +87,19 @@ def results_table(eval_results: dict) -> str:
         cells = [f"{by_depth[split][d]:.3f}" if d in by_depth[split] else "" for d in depths]
         rows.append([split, f"{values['accuracy']:.4f}", *cells])
     return markdown_table(rows, ["split", "accuracy", *(f"depth {d}" for d in depths)])
+
+
+def _by_length_table(eval_results: dict) -> str:
+    """A token task's table: each split's sequence and character accuracy, and its sequence accuracy per length."""
+    by_length = {split: {int(n): a for n, a in values.get("by_length", {}).items()} for split, values in
+                 eval_results.items()}  # fmt: skip
+    lengths = sorted({n for values in by_length.values() for n in values})
+    rows = []
+    for split, values in eval_results.items():
+        cells = [f"{by_length[split][n]:.3f}" if n in by_length[split] else "" for n in lengths]
+        rows.append([split, f"{values['accuracy']:.4f}", f"{values.get('character_accuracy', float('nan')):.4f}",
+                     *cells])  # fmt: skip
+    return markdown_table(rows, ["split", "accuracy", "character accuracy", *(f"length {n}" for n in lengths)])
 
 
 def data_files(task: dict) -> dict[str, str]:
@@ -128,7 +148,8 @@ def task_description(task: dict) -> tuple[str, str]:
         return f"own data ({own_data_name(task)})", " ".join(named + (["--eval_files", *extra] if extra else []))
     task_name = task.get("task") or "ctl"
     options = {k: v for k, v in task.items() if k in ("direction", "n_train", "n_eval") and v is not None}
-    call = f"load_task({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
+    function = "load_token_task" if task_name in TOKEN_TASK_NAMES else "load_task"
+    call = f"{function}({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
     return TASK_TITLES[task_name].format(direction=task.get("direction") or "forward"), call
 
 
@@ -159,8 +180,11 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
     hub_dataset = task.get("dataset_name") if own_data_name(task) else default_model_name(run_config)
     dataset_name = hub_dataset or os.path.basename(task["train_file"])
 
+    per_token = any("by_length" in values for values in eval_results.values())
+    pipeline_tag = "token-classification" if per_token else "text-classification"
+
     def result(split: str, accuracy: float, **metric) -> EvalResult:
-        return EvalResult(task_type="text-classification", dataset_type=dataset_name, dataset_name=title,
+        return EvalResult(task_type=pipeline_tag, dataset_type=dataset_name, dataset_name=title,
                           dataset_split=split, metric_type="accuracy", metric_value=accuracy, **metric)  # fmt: skip
 
     results = [result(split, values["accuracy"]) for split, values in eval_results.items()]
@@ -183,7 +207,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         model_name=repo_id.split("/")[-1],
         library_name="transformers",
         license="mit",
-        pipeline_tag="text-classification",
+        pipeline_tag=pipeline_tag,
         tags=["ndr", "neural-data-router", "systematic-generalization", "length-generalization"]
         + ([task["task"]] if task.get("task") else [])
         + ([f"variant-{run_config['variant']}"] if run_config.get("variant") else []),
@@ -236,6 +260,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         adaptive=adaptive_card,
         example_text=example["text"],
         example_label=example["label"],
+        per_token=per_token,
     )
 
 
@@ -303,7 +328,12 @@ def export_model(
         state = _read_json(checkpoint_dir, "trainer_state.json") or {}  # runs that predate run_config["training"]
         training = {"seconds": train_results["train_runtime"], "steps": state.get("global_step"), "finished": None}
         run_config = {**run_config, "training": training}
-    model = NDRForSequenceClassification.from_pretrained(checkpoint_dir)
+    # the head it was trained with: one label per text, or per token (its config's `architectures`)
+    architectures = (read_json(os.path.join(checkpoint_dir, "config.json")) or {}).get("architectures") or []
+    model_class = (
+        NDRForTokenClassification if "NDRForTokenClassification" in architectures else NDRForSequenceClassification
+    )
+    model = model_class.from_pretrained(checkpoint_dir)
     tokenizer = NDRTokenizerFast.from_pretrained(checkpoint_dir)  # saves as PreTrainedTokenizerFast
     if choose_adaptive_steps and adaptive.applies(model.config, run_config):
         # every number is measured again on the exported model, fixed and adaptive, so that re-exporting an export
@@ -322,3 +352,20 @@ def export_model(
         with open(os.path.join(staging, "run_config.json"), "w") as f:
             json.dump(run_config, f, indent=2, default=str)
     return out_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m modeling_ndr.training export CHECKPOINT_DIR OUT_DIR [--repo_id org/name]`: the hub-ready folder of
+    any checkpoint (`export_model`); a bad folder is one line and exit 2."""
+    import argparse
+
+    description = "Write a hub-ready folder (weights, config, tokenizer, modeling code, card) from a checkpoint."
+    parser = argparse.ArgumentParser(prog="python -m modeling_ndr.training export", description=description)
+    parser.add_argument("checkpoint_dir")
+    parser.add_argument("out_dir")
+    parser.add_argument("--repo_id", default=None, help="Hub id used in the model card's snippets (org/name).")
+    args = parser.parse_args(argv)
+    try:
+        print(export_model(args.checkpoint_dir, args.out_dir, repo_id=args.repo_id))
+    except (FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")

@@ -1,0 +1,169 @@
+"""Your own token task: one label per word of the text, trained with `NDRForTokenClassification`.
+
+A row of a JSON lines file is `{"text": "1 0 1 1", "label": ["1", "1", "0", "1"]}`: a list, one label per
+whitespace-separated word, `null` where nothing is scored (the words that carry no answer, e.g. an input copied
+before the blanks that hold the output). In a csv file the label column holds the labels space-separated (`1 1 0 1`,
+the word `null` where nothing is scored) and `--token_labels true` says so (a list in a JSON file needs no flag).
+
+Every problem is one line naming the file and line: a label list whose length differs from the text's word count, a
+row with no scored word, a single label in a file of label lists (or the other way round), a label of an
+evaluation file never seen in training. Encoded, a row's labels line up with its tokens (the word-level tokenizer
+gives one token per word, between [BOS] and [EOS]); the special tokens, the unscored words and the padding are -100,
+which the loss and the metric skip. Each row also gets its `length` (its word count), for accuracy per length.
+
+The metric (`token_metrics_function`, on the package's `token_accuracy`): `accuracy` is the sequence accuracy (every
+scored word of a row right: the exact answer, as `accuracy` is for one label per text), `character_accuracy` the share
+of scored words right; both per length (`accuracy_length_<n>`, `character_accuracy_length_<n>`).
+"""
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..tasks import encode_token_rows
+from .data_files import Source
+from .errors import UsageError
+
+
+NULL_LABEL = "null"  # in a csv's space-separated labels: a word that is not scored
+LABELS = datasets.List(datasets.Value("string"))
+
+
+def _where(source, row: int) -> str:
+    return f"{source} {source.where(row) if isinstance(source, Source) else f'row {row}'}"
+
+
+def has_token_labels(dataset: datasets.Dataset, label_column: str, token_labels: bool | None) -> bool:
+    """Whether a split's labels are per token: a list column (JSON lines), one that holds lists among other values
+    (`datasets`' `Json` feature: a mix, refused later with its line), or a text column with `--token_labels true`."""
+    feature = dataset.features.get(label_column)
+    if isinstance(feature, (datasets.List, datasets.Sequence, datasets.LargeList)):
+        return True
+    if type(feature).__name__ == "Json":
+        return any(isinstance(value, list) for value in dataset[label_column])
+    return bool(token_labels)
+
+
+def token_columns(
+    dataset: datasets.Dataset, source, text_column: str, label_column: str, labels_as_text: bool = False
+) -> datasets.Dataset:
+    """A split of a token task with the columns `text` and `label` (a list of label names, None where not scored),
+    every row checked: one line naming the file and line at the first problem.
+
+    Args:
+        dataset: the split as read.
+        source: the words that name the split (a `Source` finds the line of a bad row).
+        text_column: `--text_column`.
+        label_column: `--label_column`.
+        labels_as_text: the labels are space-separated text (`--token_labels`, a csv); otherwise a row's labels are a
+            list, and a single label is refused with its line (a file, or the files of a run, hold one kind).
+    """
+    for column in (text_column, label_column):
+        if column not in dataset.column_names:
+            raise UsageError(f"{source}: no column {column!r}; its columns are {dataset.column_names}")
+    texts, labels = dataset[text_column], dataset[label_column]
+    rows = []
+    for row, (text, label) in enumerate(zip(texts, labels)):
+        if not isinstance(text, str) or not text.split():
+            raise UsageError(f"{_where(source, row)}: column {text_column!r} holds no words; expected the input as "
+                             "text (space-separated tokens)")  # fmt: skip
+        if label is None:
+            raise UsageError(f"{_where(source, row)}: column {label_column!r} is missing or null; expected one label "
+                             "per word")  # fmt: skip
+        if isinstance(label, str) and labels_as_text:
+            label = [None if word == NULL_LABEL else word for word in label.split()]
+        elif not isinstance(label, list):
+            raise UsageError(f"{_where(source, row)}: column {label_column!r} holds a single label {label!r} where "
+                             "the training data has one label per word (a list); the rows of a run hold one kind "
+                             "(a csv of space-separated labels: --token_labels true)")  # fmt: skip
+        label = [None if value is None else str(value) for value in label]
+        words = text.split()
+        if len(label) != len(words):
+            raise UsageError(f"{_where(source, row)}: {len(label)} labels for {len(words)} words; expected one label "
+                             "per word (null where nothing is scored)")  # fmt: skip
+        if all(value is None for value in label):
+            raise UsageError(f"{_where(source, row)}: every label is null; a row needs at least one scored word")
+        rows.append(label)
+    features = datasets.Features({"text": datasets.Value("string"), "label": LABELS})
+    return datasets.Dataset.from_dict({"text": list(texts), "label": rows}, features=features)
+
+
+def is_token_task(data) -> bool:
+    """Whether checked splits (`prepare_own_data`) are a token task: their `label` holds a list per row."""
+    return data["train"].features["label"] == LABELS
+
+
+def token_label_names(train: datasets.Dataset) -> list[str]:
+    """The labels of a token task's training split, sorted (numerically where they are all numbers)."""
+    names = {value for value in pc.list_flatten(train.with_format("arrow")["label"]).to_pylist() if value is not None}
+    numeric = all(name.lstrip("-").isdigit() for name in names)
+    return sorted(names, key=int) if numeric else sorted(names)
+
+
+def check_eval_token_labels(data: datasets.DatasetDict, sources: dict, label_names: list[str]) -> None:
+    """A label of an evaluation split that training never saw is one line naming the file and line."""
+    if len(label_names) < 2:
+        raise UsageError(f"{sources['train']}: only one label ({label_names}) in the training data: nothing to learn")
+    known = pa.array(label_names, pa.string())
+    for split, dataset in data.items():
+        column = dataset.with_format("arrow")["label"]
+        flat = pc.list_flatten(column)
+        unseen = pc.and_(pc.is_valid(flat), pc.invert(pc.is_in(flat, value_set=known)))
+        if (index := pc.index(unseen, True).as_py()) >= 0:
+            row = pc.list_parent_indices(column)[index].as_py()
+            raise UsageError(f"{_where(sources[split], row)}: label {flat[index].as_py()!r} never occurs in the "
+                             f"training data, whose labels are {label_names[:10]}; the model cannot predict a label "
+                             "it was not trained on")  # fmt: skip
+
+
+def encode_token_task(data: datasets.DatasetDict, tokenizer, label2id: dict) -> datasets.DatasetDict:
+    """Tokenize every split and line its labels up with the tokens (`tasks.encode_token_rows`): `input_ids`,
+    `attention_mask`, `labels` (ids, -100 at [BOS], [EOS] and unscored words) and `length`: the row's own `length`
+    where it has one (a generated task's evaluation length), else its word count.
+
+    Args:
+        data: splits with `text` and `label` (a list per row: `token_columns`; a generated task's `labels`).
+        tokenizer: the model's tokenizer.
+        label2id: the model's `config.label2id`.
+    """
+
+    def encode_batch(batch):
+        labels = batch["label"] if "label" in batch else batch["labels"]
+        encoded = encode_token_rows({"text": batch["text"], "labels": labels}, tokenizer, label2id)
+        lengths = batch["length"] if "length" in batch else [len(text.split()) for text in batch["text"]]
+        return {**encoded, "length": lengths}
+
+    return datasets.DatasetDict({
+        split: dataset.map(encode_batch, batched=True, remove_columns=dataset.column_names)
+        for split, dataset in data.items()
+    })  # fmt: skip
+
+
+def token_metrics_function(token_accuracy):
+    """`compute_metrics` for Trainer on a token task, with `label_names = ["labels", "length"]`: `accuracy` (sequence
+    accuracy), `character_accuracy`, and both per length (`accuracy_length_<n>`, `character_accuracy_length_<n>`).
+
+    Args:
+        token_accuracy: the loaded metric (`modeling_ndr.metrics.load_token_accuracy`).
+    """
+
+    def compute_metrics(prediction) -> dict:
+        labels, lengths = prediction.label_ids, None
+        if isinstance(labels, (tuple, list)):
+            labels, lengths = labels
+        logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        predicted = np.asarray(logits).argmax(-1)
+        labels = np.asarray(labels)
+        predicted, labels = predicted[:, : labels.shape[1]], labels[:, : predicted.shape[1]]  # (batch, seq)
+        result = token_accuracy.compute(
+            predictions=predicted.tolist(),
+            references=labels.tolist(),
+            lengths=None if lengths is None else np.asarray(lengths).reshape(-1).tolist(),
+        )
+        metrics = {}
+        for key, value in result.items():
+            metrics[key.replace("sequence_accuracy", "accuracy")] = value
+        return metrics
+
+    return compute_metrics
