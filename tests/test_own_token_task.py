@@ -160,3 +160,13 @@ def test_a_generated_token_task_trains_with_task_and_reports_each_evaluation_len
     config = json.loads((output_dir / "export" / "config.json").read_text())
     assert config["architectures"] == ["NDRForTokenClassification"], "exported with the head it trained"
     assert "load_token_task('carry'" in (output_dir / "export" / "README.md").read_text(), "the card names the data"
+
+
+def test_evaluate_model_scores_a_token_export_on_files_as_train_py_did(trained, files):
+    output_dir, results = trained
+    evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_token_task")
+    again = evaluate_model.main([str(output_dir / "export"), "--file", f"long={files['long']}"])
+    assert again["long"]["character_accuracy"] == pytest.approx(results["long"]["character_accuracy"], abs=1e-6)
+    assert again["long"]["by_length"] == pytest.approx(results["long"]["by_length"]), "the same rows, the same model"
+    with pytest.raises(UsageError, match="is a token classifier"):
+        evaluate_model.main([str(output_dir / "export"), "--task", "ctl"])

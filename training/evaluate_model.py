@@ -10,6 +10,9 @@
     python training/evaluate_model.py MODEL --dataset_name org/data --split test
     # ListOps: accuracy per root operator ([MIN, [MAX, [MED, [SM) and depth
     python training/evaluate_model.py hub_cards/models/ndr-listops --task listops --split iid_test --by_first_token
+    # a token classifier (NDRForTokenClassification): sequence and character accuracy per length
+    python training/evaluate_model.py runs/carry/export --task carry --split test_1000
+    python training/evaluate_model.py runs/reverse/export --file long=long.jsonl   # a list of labels per row
 
 Labels are matched to the model's by name (`config.label2id`); a label the model does not know is an error. The
 numbers come from the package's `evaluate` metric (`modeling_ndr.metrics.DEPTH_ACCURACY`), and are those `train.py`
@@ -30,11 +33,12 @@ import sys
 import datasets
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
 import modeling_ndr
+from modeling_ndr.metrics import load_token_accuracy
 from modeling_ndr.tables import markdown_table
-from modeling_ndr.tasks import ctl_compositions
+from modeling_ndr.tasks import TOKEN_TASK_NAMES, ctl_compositions
 from modeling_ndr.training import (
     EVAL_SPLITS,
     DataArguments,
@@ -52,6 +56,7 @@ from modeling_ndr.training import (
 )
 from modeling_ndr.training.adaptive import DEEPER_SPLIT
 from modeling_ndr.training.evaluation import predict
+from modeling_ndr.training.token_labels import encode_token_task, token_columns
 
 
 # load_task generates every split; the evaluation splits do not depend on n_train, so the smallest train set is
@@ -63,7 +68,11 @@ def parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="A saved NDR: export folder, checkpoint folder or hub id.")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--task", choices=modeling_ndr.TASK_NAMES, help="One of the paper's tasks.")
+    source.add_argument(
+        "--task",
+        choices=modeling_ndr.TASK_NAMES + TOKEN_TASK_NAMES,
+        help="One of the paper's tasks, or a token task (copy, reverse, addition, carry: a token classifier).",
+    )
     source.add_argument(
         "--file", action="append", help="A data file (csv, json/jsonl, parquet), or NAME=FILE; may be repeated."
     )
@@ -84,6 +93,9 @@ def parse_arguments(argv):
     parser.add_argument("--text_column", default="text")
     parser.add_argument("--label_column", default="label")
     parser.add_argument("--depth_column", help="Column of the depth (the paper's tasks: depth).")
+    parser.add_argument(
+        "--token_labels", action="store_true", help="A csv's label column holds one label per word (token classifier)."
+    )
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--num_steps", type=int, help="Steps of the shared layer (default: the model's).")
     parser.add_argument(
@@ -110,9 +122,12 @@ def parse_arguments(argv):
     return args
 
 
-def load_splits(args) -> dict[str, datasets.Dataset]:
-    """The splits to evaluate, with columns text, label (and depth)."""
+def load_splits(args, per_token: bool = False) -> dict[str, datasets.Dataset]:
+    """The splits to evaluate, with columns text, label (and depth); for a token classifier (`per_token`) text, label
+    (a list per row) and, for a generated task, length."""
     columns = DataArguments(text_column=args.text_column, label_column=args.label_column)
+    if per_token:
+        return token_splits(args)
     if args.task:
         options = {"direction": args.direction} if args.direction else {}
         try:
@@ -149,6 +164,48 @@ def load_splits(args) -> dict[str, datasets.Dataset]:
     return splits
 
 
+def token_splits(args) -> dict[str, datasets.Dataset]:
+    """A token classifier's splits: a token task's evaluation splits (their `length`: the task's), or files whose
+    label column holds one label per word (`token_labels.token_columns`: their length, the word count)."""
+    if args.task:
+        try:
+            # the evaluation splits do not depend on n_train: the smallest train set (a row per length) keeps it quick
+            data = modeling_ndr.load_token_task(args.task, seed=args.task_seed, n_train=40, n_eval=args.n_eval)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        names = args.split or [name for name in data if name != "train"]
+        return {name: split.rename_column("labels", "label") for name, split in select(data, names, "--task").items()}
+    if args.dataset_name or not args.file:
+        raise UsageError("a token classifier is evaluated on --file or a token --task")
+    splits = {}
+    for item in args.file:
+        name, equals, path = item.partition("=")
+        if not equals:
+            name, path = os.path.splitext(os.path.basename(item))[0], item
+        dataset = read_data_file("--file", path, "evaluation")
+        source = Source(f"--file {path}", path)
+        splits[name] = token_columns(dataset, source, args.text_column, args.label_column, args.token_labels)
+    return splits
+
+
+def token_results(model, tokenizer, splits: dict, args) -> dict:
+    """Sequence and character accuracy of a token classifier per split and length (`train.py`'s form)."""
+    token_accuracy = load_token_accuracy()
+    encoded = encode_token_task(datasets.DatasetDict(splits), tokenizer, model.config.label2id)
+    adaptive_steps = None if args.adaptive_steps is None else args.adaptive_steps == "true"
+    results = {}
+    for split, dataset in encoded.items():
+        predicted = predict(model, tokenizer, dataset, args.batch_size, adaptive_steps, args.num_steps)
+        result = token_accuracy.compute(predictions=[row.tolist() for row in predicted.label_ids],
+                                        references=dataset["labels"], lengths=dataset["length"])  # fmt: skip
+        by = {kind: {key.rsplit("_", 1)[1]: value for key, value in result.items()
+                     if key.startswith(f"{kind}_accuracy_length_")} for kind in ("sequence", "character")}  # fmt: skip
+        results[split] = {"accuracy": result["sequence_accuracy"], "by_depth": {},
+                          "character_accuracy": result["character_accuracy"], "by_length": by["sequence"],
+                          "character_by_length": by["character"]}  # fmt: skip
+    return results
+
+
 def select(data, names: list[str], source: str) -> dict:
     if unknown := [name for name in names if name not in data]:
         raise UsageError(f"{source} has no split {unknown[0]!r}; its splits are {list(data)}")
@@ -156,10 +213,12 @@ def select(data, names: list[str], source: str) -> dict:
 
 
 def load_model(args):
+    """The model (a sequence or token classifier, as its config's `architectures` say) and its tokenizer."""
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            args.model, trust_remote_code=args.trust_remote_code
-        )
+        config = AutoConfig.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+        per_token = "NDRForTokenClassification" in (config.architectures or [])
+        auto = AutoModelForTokenClassification if per_token else AutoModelForSequenceClassification
+        model = auto.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(args.model)
     except (OSError, ValueError) as error:
         raise UsageError(f"{args.model}: cannot load the model and its tokenizer ({first_line(error)})") from None
@@ -236,10 +295,22 @@ def first_token_table(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
-    splits = load_splits(args)
+    model, tokenizer = load_model(args)
+    per_token = "NDRForTokenClassification" in (model.config.architectures or [])
+    if per_token != (args.task in TOKEN_TASK_NAMES) and args.task:
+        raise UsageError(f"--task {args.task}: {args.model} is a {'token' if per_token else 'sequence'} classifier")
+    splits = load_splits(args, per_token)
+    if per_token:
+        if torch.cuda.is_available():
+            model.cuda()
+        results = token_results(model, tokenizer, splits, args)
+        print(results_table(results))
+        if args.output_json:
+            with open(args.output_json, "w") as f:
+                json.dump(results, f, indent=2)
+        return results
     if args.by_first_token:  # every text has a word: the data checks refuse empty texts (the tasks have none)
         first_tokens = {split: [text.split()[0] for text in data["text"]] for split, data in splits.items()}
-    model, tokenizer = load_model(args)
     if torch.cuda.is_available():
         model.cuda()
     if args.adaptive_threshold is not None:

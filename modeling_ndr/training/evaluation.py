@@ -26,7 +26,9 @@ class Predictions:
     """What `predict` returns, one entry per sample, in the order of the inputs.
 
     Args:
-        label_ids: the predicted class ids, `(n,)` integers (`config.id2label` names them).
+        label_ids: the predicted class ids, `(n,)` integers (`config.id2label` names them); for a token classifier
+            (`NDRForTokenClassification`) one `(length,)` array per sample, an id per token ([BOS] and [EOS]
+            included), in an object array.
         steps: the steps each sample ran, `(n,)`: with adaptive steps the steps it ran before its state settled; with
             ACT halting the mean halting step of its real columns (floats); otherwise the fixed step count.
         model_chose_steps: whether the model chose its steps (ACT halting or adaptive steps) rather than running a
@@ -77,7 +79,7 @@ def predict(
     """Predict every input with a fixed number of steps or with adaptive steps.
 
     Args:
-        model: an `NDRForSequenceClassification`, in eval mode.
+        model: an `NDRForSequenceClassification` or `NDRForTokenClassification`, in eval mode.
         tokenizer: its tokenizer.
         inputs: texts, or encoded rows (see `padded_batches`).
         batch_size: samples per forward pass.
@@ -99,8 +101,13 @@ def predict(
         for batch in padded_batches(tokenizer, inputs, batch_size):
             batch = {name: tensor.to(device) for name, tensor in batch.items()}
             out = model(**batch, adaptive_steps=adaptive_steps, num_steps=num_steps)
-            label_ids.append(out.logits.argmax(-1).cpu().numpy())
             mask = batch["attention_mask"]
+            predicted = out.logits.argmax(-1).cpu().numpy()  # (b,), or (b, n) with a label per token
+            if predicted.ndim == 2:  # each row without its padding (on the right)
+                rows = np.empty(len(predicted), dtype=object)
+                rows[:] = [row[:length] for row, length in zip(predicted, mask.sum(-1).tolist())]
+                predicted = rows
+            label_ids.append(predicted)
             if out.halting_steps is not None:  # ACT: (b, n) steps per column
                 halting = out.halting_steps.float()
                 steps.append(((halting * mask).sum(-1) / mask.sum(-1)).cpu().numpy())
