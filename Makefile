@@ -14,7 +14,8 @@ DEMO_ARGS ?=
 
 .PHONY: help compare compare-budget release push-release setup demo demo-backward demo-backward-long demo-forward-long \
 	demo-backward-bos demo-backward-first example-finetune test test-fast test-slow test-gpu test-image-versions lint format \
-	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown
+	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown \
+	compare-tokens
 
 setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
 
@@ -86,6 +87,15 @@ compare-budget: $(STAMP) ## continue VARIANTS below 0.95 on iid_test past their 
 	$(BIN)/python training/compare.py --preset ctl_cpu --direction $(COMPARE_DIRECTION) --variants $(COMPARE_VARIANTS) \
 	    --budget_steps $(STEPS) --budget_minutes $(MINUTES) $(if $(VARIANTS),--budget_variants $(VARIANTS)) \
 	    --results_dir docs/results
+
+# the variants on a token task (copy, reverse, addition, carry) with the same budget, TOKEN_ARGS going to every
+# variant's train.py; for MINUTES (default 60: the running variant stops with a checkpoint, the next call resumes
+# it); writes docs/results/compare_tokens_<TASK>.json/.png
+TOKEN_VARIANTS ?= ndr,transformer_act,transformer,rel
+TOKEN_ARGS ?= --n_train 100000 --max_steps 20000 --eval_steps 1000 --save_steps 1000 --per_device_train_batch_size 64
+compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same budget (TOKEN_ARGS), for MINUTES
+	OMP_NUM_THREADS=1 $(BIN)/python training/compare_tokens.py --task $(or $(TASK),carry) --variants $(TOKEN_VARIANTS) \
+	    --results_dir docs/results $(if $(MINUTES),--minutes $(MINUTES)) -- $(TOKEN_ARGS)
 
 # what CI runs (.ci/run): the linter, then the test suite
 test: lint ## the linter, then the test suite (what CI runs)

@@ -55,11 +55,11 @@ def hf_home() -> str:
 # docs site, the Space): marked `e2e`, so that `make test-fast` (-m "not e2e") runs the unit tests in a few minutes;
 # `make test` and CI run everything
 E2E_MODULES = {
-    "test_adaptive_export", "test_compare", "test_dataset_repos", "test_docs", "test_gpu_release", "test_gpu_session",
-    "test_gpu_training", "test_hub_push", "test_installed_package", "test_own_data", "test_own_data_defaults",
-    "test_own_token_task",
-    "test_preemption", "test_release_continuation", "test_release_cooldown", "test_released_models",
-    "test_reliability", "test_simulated_cuda", "test_space", "test_training", "test_training_package",
+    "test_adaptive_export", "test_compare", "test_compare_tokens", "test_dataset_repos", "test_docs",
+    "test_gpu_release", "test_gpu_session", "test_gpu_training", "test_hub_push", "test_installed_package",
+    "test_own_data", "test_own_data_defaults", "test_own_token_task", "test_preemption", "test_release_continuation",
+    "test_release_cooldown", "test_released_models", "test_reliability", "test_simulated_cuda", "test_space",
+    "test_training", "test_training_package",
 }  # fmt: skip
 
 

@@ -1,0 +1,48 @@
+"""`training/compare_tokens.py` (`make compare-tokens`): every variant trained on a token task with the same flags,
+the table and plot of accuracy per length, a finished variant reused, a time-boxed call resumed by the next."""
+
+import json
+
+import pytest
+from scripts import load_script
+from tiny import tiny_train_args
+
+
+TINY = tiny_train_args(
+    preset=None, direction=None, n_train=200, n_eval=4, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    per_device_train_batch_size=8, per_device_eval_batch_size=None, max_steps=4, eval_steps=4, save_steps=2,
+    report_to="none", disable_tqdm=None, seed=None,
+)  # fmt: skip
+
+
+def compare(argv: list[str]):
+    return load_script("training/compare_tokens.py", "ndr_compare_tokens").main(argv)
+
+
+def test_every_variant_is_trained_with_the_same_flags_and_reported_per_length(tmp_path, capsys):
+    runs_dir, results_dir = tmp_path / "runs", tmp_path / "results"
+    argv = ["--task", "carry", "--variants", "ndr,transformer", "--output_dir", str(runs_dir), "--results_dir",
+            str(results_dir), "--", *TINY]  # fmt: skip
+    runs = compare(argv)
+    assert list(runs) == ["ndr", "transformer"]
+    for variant, run in runs.items():
+        assert run["command"][run["command"].index("--variant") + 1] == variant
+        assert run["command"][-len(TINY) :] == TINY, "the same budget for every variant"
+    data = json.loads((results_dir / "compare_tokens_carry.json").read_text())
+    assert data["ndr"]["test_1000"]["length"] == 1000 and 0 <= data["ndr"]["long_chains_400"]["accuracy"] <= 1
+    assert (results_dir / "compare_tokens_carry.png").stat().st_size > 0
+    assert "| ndr |" in (runs_dir / "comparison.md").read_text()
+    capsys.readouterr()
+    compare(argv)
+    assert capsys.readouterr().out.count("not trained again") == 2, "finished variants are reused"
+
+
+def test_a_time_boxed_comparison_stops_with_75_and_the_next_call_resumes_it(tmp_path):
+    argv = ["--task", "copy", "--variants", "ndr", "--output_dir", str(tmp_path), "--", *TINY, "--max_steps", "300"]
+    with pytest.raises(SystemExit) as stopped:
+        compare(["--minutes", "0.1", *argv])  # (6 s: the setup, and a few steps)
+    assert stopped.value.code == 75, "stopped with a checkpoint, to be resumed"
+    runs = compare(argv)
+    assert runs["ndr"]["results"]["test_40"]["accuracy"] >= 0, "resumed and finished"
+    record = json.loads((tmp_path / "ndr" / "compare_tokens_run.json").read_text())
+    assert record["finished"] and "--max_wall_minutes" not in record["command"], "the command is the same as before"
