@@ -431,12 +431,17 @@ def test_whole_numbers_written_as_floats_or_text_are_integer_depths(tmp_path):
     [
         (TWO + '{"text": "6", "label": 1.5, "depth": 3}\n', "1.5"),  # with names: a JSON column
         ('{"text": "6", "label": 1, "depth": 3}\n{"text": "7", "label": 1.5, "depth": 3}\n', "1.5"),  # numbers
-        ('{"text": "6", "label": [0, 1], "depth": 3}\n{"text": "7", "label": [1], "depth": 3}\n', "[0, 1]"),
     ],
 )
 def test_labels_that_are_not_one_class_are_refused_naming_single_label_classification(tmp_path, content, shown):
     message = refused(tmp_path / "t.jsonl", content, re.escape(f": column 'label' holds {shown}; expected one class"))
     assert "train.py trains single-label classification" in message
+
+
+def test_a_list_of_labels_is_a_token_task_and_one_of_another_length_says_no_multi_label(tmp_path):
+    content = '{"text": "6", "label": [0, 1], "depth": 3}\n{"text": "7", "label": [1], "depth": 3}\n'
+    message = refused(tmp_path / "t.jsonl", content, re.escape("line 1: 2 labels for 1 words; expected one label per"))
+    assert "train.py trains no multi-label classification" in message, message
 
 
 def test_whole_number_labels_are_classes_however_they_are_written(tmp_path):

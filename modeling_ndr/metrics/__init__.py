@@ -16,6 +16,20 @@ DEPTH_ACCURACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "depth
 TOKEN_ACCURACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "token_accuracy")
 
 
+def load_depth_accuracy():
+    """The package's `evaluate` metric (`DEPTH_ACCURACY`), loaded by path (no Hub).
+
+    `evaluate` is imported here: the import takes seconds, and `import modeling_ndr.metrics` stays instant.
+
+    Returns:
+        The `evaluate.EvaluationModule`: `compute(predictions, references, depths=None)` gives
+        `{"accuracy": a, "by_depth": {depth: a}}`.
+    """
+    import evaluate
+
+    return evaluate.load(DEPTH_ACCURACY, keep_in_memory=True)  # in memory: no cache files shared between processes
+
+
 def load_token_accuracy():
     """The package's token-task metric (`TOKEN_ACCURACY`: character and sequence accuracy, per length), loaded by
     path (no Hub).
@@ -31,4 +45,4 @@ def load_token_accuracy():
     return evaluate.load(TOKEN_ACCURACY, keep_in_memory=True)  # in memory: no cache files shared between processes
 
 
-__all__ = ["DEPTH_ACCURACY", "TOKEN_ACCURACY", "load_token_accuracy"]
+__all__ = ["DEPTH_ACCURACY", "TOKEN_ACCURACY", "load_depth_accuracy", "load_token_accuracy"]

@@ -81,7 +81,8 @@ def token_columns(
         words = text.split()
         if len(label) != len(words):
             raise UsageError(f"{_where(source, row)}: {len(label)} labels for {len(words)} words; expected one label "
-                             "per word (null where nothing is scored)")  # fmt: skip
+                             "per word (null where nothing is scored): a list of labels is a token task, train.py "
+                             "trains no multi-label classification")  # fmt: skip
         if all(value is None for value in label):
             raise UsageError(f"{_where(source, row)}: every label is null; a row needs at least one scored word")
         rows.append(label)

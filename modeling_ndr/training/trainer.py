@@ -19,27 +19,13 @@ from transformers import EvalPrediction, Trainer
 from transformers.trainer_utils import HubStrategy
 from transformers.utils import PushInProgress, hf_api
 
-from ..metrics import DEPTH_ACCURACY
+from ..metrics import load_depth_accuracy  # noqa: F401  (this module's name since it was one)
 from ..tasks import SPLIT_NAMES
 from .sampling import balanced_sampler, first_tokens_and_lengths
 
 
 # the evaluation splits of the paper's tasks; the best checkpoint is selected on ood_valid
 EVAL_SPLITS = tuple(split for split in SPLIT_NAMES if split != "train")
-
-
-def load_depth_accuracy():
-    """The package's `evaluate` metric (`modeling_ndr.metrics.DEPTH_ACCURACY`), loaded by path (no Hub).
-
-    `evaluate` is imported here: the import takes seconds, and a bad command line is reported before that.
-
-    Returns:
-        The `evaluate.EvaluationModule`: `compute(predictions, references, depths=None)` gives
-        `{"accuracy": a, "by_depth": {depth: a}}`.
-    """
-    import evaluate
-
-    return evaluate.load(DEPTH_ACCURACY, keep_in_memory=True)  # in memory: no cache files shared between processes
 
 
 def metrics_function(depth_accuracy, first_token_names: dict[int, str] | None = None):
