@@ -170,3 +170,8 @@ def test_evaluate_model_scores_a_token_export_on_files_as_train_py_did(trained, 
     assert again["long"]["by_length"] == pytest.approx(results["long"]["by_length"]), "the same rows, the same model"
     with pytest.raises(UsageError, match="is a token classifier"):
         evaluate_model.main([str(output_dir / "export"), "--task", "ctl"])
+
+
+def test_a_depth_column_with_a_token_task_is_one_line(files, tmp_path):
+    with pytest.raises(UsageError, match="--depth_column is for one label per text"):
+        train(["--train_file", files["train"], "--depth_column", "depth", "--output_dir", str(tmp_path / "o"), *TINY])

@@ -299,6 +299,9 @@ def prepare_own_data(data_args: DataArguments) -> tuple[datasets.DatasetDict, di
     """
     data, sources = read_own_data(data_args)
     if token_labels.has_token_labels(data["train"], data_args.label_column, data_args.token_labels):
+        if data_args.depth_column:
+            raise UsageError(f"{sources['train']}: --depth_column is for one label per text; this data has one label "
+                             "per word (a token task: its accuracy is reported per length)")  # fmt: skip
         data = datasets.DatasetDict({
             split: token_labels.token_columns(dataset, sources[split], data_args.text_column, data_args.label_column,
                                               data_args.token_labels)
