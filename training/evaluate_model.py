@@ -56,7 +56,8 @@ from modeling_ndr.training import (
 )
 from modeling_ndr.training.adaptive import DEEPER_SPLIT
 from modeling_ndr.training.evaluation import predict
-from modeling_ndr.training.token_labels import encode_token_task, token_columns
+from modeling_ndr.training.token_labels import encode_token_task, token_columns, token_metrics
+from modeling_ndr.training.trainer import nested_results
 
 
 # load_task generates every split; the evaluation splits do not depend on n_train, so the smallest train set is
@@ -152,6 +153,12 @@ def load_splits(args, per_token: bool = False) -> dict[str, datasets.Dataset]:
             split: standard_columns(dataset, f"split {split!r} of {args.dataset_name}", columns)
             for split, dataset in data.items()
         }
+    return file_splits(args, lambda dataset, source: standard_columns(dataset, source, columns))
+
+
+def file_splits(args, checked) -> dict[str, datasets.Dataset]:
+    """Each `--file [NAME=]FILE` read and passed through `checked(dataset, source)` (its column checks: errors name
+    the file and line)."""
     splits = {}
     for item in args.file:
         name, equals, path = item.partition("=")
@@ -159,8 +166,7 @@ def load_splits(args, per_token: bool = False) -> dict[str, datasets.Dataset]:
             name, path = os.path.splitext(os.path.basename(item))[0], item
         if name in splits:
             raise UsageError(f"--file {item}: there is already a split named {name!r}")
-        dataset = read_data_file("--file", path, "evaluation")
-        splits[name] = standard_columns(dataset, Source(f"--file {path}", path), columns)  # errors name the line
+        splits[name] = checked(read_data_file("--file", path, "evaluation"), Source(f"--file {path}", path))
     return splits
 
 
@@ -177,15 +183,10 @@ def token_splits(args) -> dict[str, datasets.Dataset]:
         return {name: split.rename_column("labels", "label") for name, split in select(data, names, "--task").items()}
     if args.dataset_name or not args.file:
         raise UsageError("a token classifier is evaluated on --file or a token --task")
-    splits = {}
-    for item in args.file:
-        name, equals, path = item.partition("=")
-        if not equals:
-            name, path = os.path.splitext(os.path.basename(item))[0], item
-        dataset = read_data_file("--file", path, "evaluation")
-        source = Source(f"--file {path}", path)
-        splits[name] = token_columns(dataset, source, args.text_column, args.label_column, args.token_labels)
-    return splits
+    return file_splits(
+        args, lambda dataset, source: token_columns(dataset, source, args.text_column, args.label_column,
+                                                    args.token_labels)
+    )  # fmt: skip
 
 
 def token_results(model, tokenizer, splits: dict, args) -> dict:
@@ -198,11 +199,7 @@ def token_results(model, tokenizer, splits: dict, args) -> dict:
         predicted = predict(model, tokenizer, dataset, args.batch_size, adaptive_steps, args.num_steps)
         result = token_accuracy.compute(predictions=[row.tolist() for row in predicted.label_ids],
                                         references=dataset["labels"], lengths=dataset["length"])  # fmt: skip
-        by = {kind: {key.rsplit("_", 1)[1]: value for key, value in result.items()
-                     if key.startswith(f"{kind}_accuracy_length_")} for kind in ("sequence", "character")}  # fmt: skip
-        results[split] = {"accuracy": result["sequence_accuracy"], "by_depth": {},
-                          "character_accuracy": result["character_accuracy"], "by_length": by["sequence"],
-                          "character_by_length": by["character"]}  # fmt: skip
+        results[split] = nested_results(token_metrics(result))
     return results
 
 

@@ -45,7 +45,7 @@ from transformers import DataCollatorForTokenClassification, DataCollatorWithPad
 import modeling_ndr
 from modeling_ndr.geometric_ndr import cpu_kernel_available, kernel_mode
 from modeling_ndr.metrics import load_token_accuracy
-from modeling_ndr.tasks import TOKEN_LABEL_NAMES, TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
+from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
 from modeling_ndr.training import (
     EVAL_SPLITS,
     EXIT_STOPPED,
@@ -158,11 +158,10 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         eval_splits = [split for split in raw if split != "train"]
         texts = raw["train"]["text"]
         per_token = is_token_task(raw)
-    elif data_args.task in TOKEN_TASK_NAMES:  # copy, reverse, addition, carry: one label per token, split per length
-        raw, label_names, texts, per_token = None, list(TOKEN_LABEL_NAMES), None, True
-        eval_splits = [split for split in TOKEN_SPLIT_NAMES[data_args.task] if split != "train"]
-    else:
-        raw, label_names, eval_splits, texts = None, modeling_ndr.task_label_names(data_args.task), EVAL_SPLITS, None
+    else:  # a token task (copy, reverse, addition, carry: one label per token) has a split per evaluation length
+        raw, label_names, texts = None, modeling_ndr.task_label_names(data_args.task), None
+        per_token = data_args.task in TOKEN_TASK_NAMES
+        eval_splits = [s for s in TOKEN_SPLIT_NAMES[data_args.task] if s != "train"] if per_token else EVAL_SPLITS
     check_best_metric(training_args, list(eval_splits), given)
     stop_at_accuracy = []  # --stop_at_accuracy SPLIT=ACCURACY: training ends at the first evaluation reaching it
     if run_args.stop_at_accuracy:

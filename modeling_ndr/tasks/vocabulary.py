@@ -6,11 +6,21 @@ from .arithmetic import ARITHMETIC_OPERATORS
 from .common import DIGITS, TASK_NAMES, check_task_name
 from .ctl import CTL_FUNCTIONS, CTL_SYMBOLS
 from .listops import LISTOPS_OPERATIONS
-from .token_tasks import BLANK, EQUALS, PLUS, TOKEN_LABEL_NAMES, check_token_task_name, token_task_max_tokens
+from .token_tasks import (
+    BLANK,
+    EQUALS,
+    PLUS,
+    TOKEN_LABEL_NAMES,
+    TOKEN_TASK_NAMES,
+    check_token_task_name,
+    token_task_max_tokens,
+)
 
 
 def task_vocabulary(name: str) -> list[str]:
-    """The task's fixed symbols (no special tokens), in a readable order."""
+    """The task's fixed symbols (no special tokens), in a readable order (a token task's: `token_task_vocabulary`)."""
+    if name in TOKEN_TASK_NAMES:
+        return token_task_vocabulary(name)
     check_task_name(name)
     if name == "ctl":
         return list(CTL_SYMBOLS + CTL_FUNCTIONS)
@@ -20,7 +30,10 @@ def task_vocabulary(name: str) -> list[str]:
 
 
 def task_label_names(name: str) -> list[str]:
-    """Name of each class id: CTL's 3-bit symbols `000`-`111`, the digits `0`-`9` otherwise."""
+    """Name of each class id: CTL's 3-bit symbols `000`-`111`, the digits `0`-`9` otherwise (a token task's labels
+    too)."""
+    if name in TOKEN_TASK_NAMES:
+        return token_task_label_names(name)
     check_task_name(name)
     return list(CTL_SYMBOLS) if name == "ctl" else list(DIGITS)
 
@@ -34,7 +47,10 @@ def task_readout(name: str) -> str:
 
 def task_tokenizer(name: str):
     """The word-level tokenizer of one of the paper's tasks (`"ctl"`, `"arithmetic"`, `"listops"`), from its fixed
-    symbols: `[PAD]`=0 `[UNK]`=1 `[BOS]`=2 `[EOS]`=3, then `task_vocabulary(name)` in order."""
+    symbols: `[PAD]`=0 `[UNK]`=1 `[BOS]`=2 `[EOS]`=3, then `task_vocabulary(name)` in order; a token task's is
+    `token_task_tokenizer(name)`."""
+    if name in TOKEN_TASK_NAMES:
+        return token_task_tokenizer(name)
     return build_tokenizer(vocabulary=task_vocabulary(name))
 
 

@@ -184,12 +184,6 @@ def check_problem_type(problem_type: str | None, origin: str) -> None:
         )
 
 
-def task_tokenizer(task: str):
-    """The tokenizer of a generated task: one of the paper's (`tasks.task_tokenizer`) or a token task's
-    (`tasks.token_task_tokenizer`)."""
-    return tasks.token_task_tokenizer(task) if task in tasks.TOKEN_TASK_NAMES else tasks.task_tokenizer(task)
-
-
 def label_config(label_names: list[str]) -> dict:
     """The NDRConfig fields of a label set: `id2label` and `label2id`, ids in the order of `label_names`."""
     return {
@@ -211,7 +205,7 @@ def new_model(task: str | None, values: dict, label_names: list[str], texts: lis
     Returns:
         `(tokenizer, model)`; a `UsageError` for an invalid NDRConfig setting.
     """
-    tokenizer = task_tokenizer(task) if task else build_tokenizer(texts=texts)
+    tokenizer = tasks.task_tokenizer(task) if task else build_tokenizer(texts=texts)
     if task in tasks.TASK_NAMES:
         values = {"readout": tasks.task_readout(task), **values}
     try:
@@ -306,7 +300,7 @@ def adapted_tokenizer(path: str, task: str | None, texts: list[str], model):
             raise UsageError(
                 f"--model_name_or_path {path}: no tokenizer files; the model's word ids are unknown"
             ) from None
-        tokenizer = task_tokenizer(task)
+        tokenizer = tasks.task_tokenizer(task)
         logger.info("%s has no tokenizer files: using the %s task's tokenizer", path, task)
     try:
         extended = extend_tokenizer(tokenizer, texts)
@@ -352,7 +346,7 @@ def build_tokenizer_and_model(
     values = config_values(model_args) if values is None else values
     check_problem_type(values.get("problem_type"), "--config_overrides problem_type")
     if task:
-        texts = [" ".join(task_tokenizer(task).get_vocab())]
+        texts = [" ".join(tasks.task_vocabulary(task))]
     if model_args.model_name_or_path:
         return adapted_checkpoint(model_args.model_name_or_path, task, values, label_names, texts, per_token)
     return new_model(task, values, label_names, texts, per_token)

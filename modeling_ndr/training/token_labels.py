@@ -40,7 +40,7 @@ def has_token_labels(dataset: datasets.Dataset, label_column: str, token_labels:
     feature = dataset.features.get(label_column)
     if isinstance(feature, (datasets.List, datasets.Sequence, datasets.LargeList)):
         return True
-    if type(feature).__name__ == "Json":
+    if isinstance(feature, datasets.Json):
         return any(isinstance(value, list) for value in dataset[label_column])
     return bool(token_labels)
 
@@ -162,9 +162,12 @@ def token_metrics_function(token_accuracy):
             references=labels.tolist(),
             lengths=None if lengths is None else np.asarray(lengths).reshape(-1).tolist(),
         )
-        metrics = {}
-        for key, value in result.items():
-            metrics[key.replace("sequence_accuracy", "accuracy")] = value
-        return metrics
+        return token_metrics(result)
 
     return compute_metrics
+
+
+def token_metrics(result: dict) -> dict:
+    """The `token_accuracy` metric's keys as a run reports them: `sequence_accuracy[_length_<n>]` is `accuracy[...]`
+    (the exact answer, as for one label per text), the others as they are."""
+    return {key.replace("sequence_accuracy", "accuracy"): value for key, value in result.items()}

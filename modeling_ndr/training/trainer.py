@@ -255,16 +255,20 @@ def evaluate_splits(trainer: Trainer, data, splits) -> dict:
         metrics = trainer.evaluate(data[split], metric_key_prefix=split)
         trainer.log_metrics(split, metrics)
         trainer.save_metrics(split, metrics)
-        results[split] = {
-            "accuracy": metrics[f"{split}_accuracy"],
-            "by_depth": _suffixed(metrics, f"{split}_accuracy_depth_"),
-        }
-        if f"{split}_character_accuracy" in metrics:
-            results[split].update(
-                character_accuracy=metrics[f"{split}_character_accuracy"],
-                by_length=_suffixed(metrics, f"{split}_accuracy_length_"),
-                character_by_length=_suffixed(metrics, f"{split}_character_accuracy_length_"),
-            )
+        results[split] = nested_results(metrics, f"{split}_")
+    return results
+
+
+def nested_results(metrics: dict, prefix: str = "") -> dict:
+    """One split's flat metrics (`<prefix>accuracy`, `<prefix>accuracy_depth_<d>`; a token task's
+    `<prefix>character_accuracy` and `..._length_<n>`) in the nested form of `eval_results.json`."""
+    results = {"accuracy": metrics[f"{prefix}accuracy"], "by_depth": _suffixed(metrics, f"{prefix}accuracy_depth_")}
+    if f"{prefix}character_accuracy" in metrics:
+        results.update(
+            character_accuracy=metrics[f"{prefix}character_accuracy"],
+            by_length=_suffixed(metrics, f"{prefix}accuracy_length_"),
+            character_by_length=_suffixed(metrics, f"{prefix}character_accuracy_length_"),
+        )
     return results
 
 
