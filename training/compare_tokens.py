@@ -45,7 +45,8 @@ def split_length(split: str) -> int:
 
 def variant_command(args, variant: str, extra: list[str]) -> list[str]:
     """`train.py` for one variant: the task, the variant, its folder, the selection split, then the shared flags."""
-    metric = args.metric_for_best_model or f"{sorted(eval_splits(args.task), key=split_length)[1]}_accuracy"
+    tests = sorted((split for split in eval_splits(args.task) if split.startswith("test_")), key=split_length)
+    metric = args.metric_for_best_model or f"{tests[1]}_accuracy"  # the second-shortest test split
     return [sys.executable, os.path.join(HERE, "train.py"), "--task", args.task, "--variant", variant, "--output_dir",
             os.path.join(args.output_dir, variant), "--disable_tqdm", "true", "--metric_for_best_model", metric,
             *extra]  # fmt: skip
@@ -71,7 +72,8 @@ def train_variant(args, variant: str, extra: list[str], deadline: float | None) 
         os.rename(directory, directory + ".previous")
         print(f"[compare_tokens] {variant}: a run of another command moved to {directory}.previous", flush=True)
     resume = ["--resume_from_checkpoint", "auto"] if same else []
-    minutes = None if deadline is None else max(0.1, (deadline - time.monotonic()) / 60)
+    # (at least 0.6 s: a deadline already passed still trains to the first step and saves it)
+    minutes = None if deadline is None else max(0.01, (deadline - time.monotonic()) / 60)
     limit = [] if minutes is None else ["--max_wall_minutes", f"{minutes:.2f}"]
     os.makedirs(directory, exist_ok=True)
     seconds = record.get("seconds", 0.0) if same else 0.0
