@@ -439,9 +439,17 @@ def test_labels_that_are_not_one_class_are_refused_naming_single_label_classific
 
 
 def test_a_list_of_labels_is_a_token_task_and_one_of_another_length_says_no_multi_label(tmp_path):
-    content = '{"text": "6", "label": [0, 1], "depth": 3}\n{"text": "7", "label": [1], "depth": 3}\n'
-    message = refused(tmp_path / "t.jsonl", content, re.escape("line 1: 2 labels for 1 words; expected one label per"))
+    content = '{"text": "6", "label": [0, 1]}\n{"text": "7", "label": [1]}\n'
+    message = refused(
+        tmp_path / "t.jsonl", content, re.escape("line 1: 2 labels for 1 words; expected one label per"), depth=False
+    )
     assert "train.py trains no multi-label classification" in message, message
+
+
+def test_a_token_task_with_a_depth_column_is_refused_naming_the_flag(tmp_path):
+    content = '{"text": "6 7", "label": [0, 1], "depth": 3}\n{"text": "7", "label": [1], "depth": 3}\n'
+    message = refused(tmp_path / "t.jsonl", content, re.escape(": --depth_column is for one label per text"))
+    assert "one label per word" in message, message
 
 
 def test_whole_number_labels_are_classes_however_they_are_written(tmp_path):
