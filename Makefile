@@ -88,13 +88,15 @@ compare-budget: $(STAMP) ## continue VARIANTS below 0.95 on iid_test past their 
 	    --budget_steps $(STEPS) --budget_minutes $(MINUTES) $(if $(VARIANTS),--budget_variants $(VARIANTS)) \
 	    --results_dir docs/results
 
-# the variants on a token task (copy, reverse, addition, carry) with the same budget, TOKEN_ARGS going to every
-# variant's train.py; for MINUTES (default 60: the running variant stops with a checkpoint, the next call resumes
-# it); writes docs/results/compare_tokens_<TASK>.json/.png
+# the variants on a token task (copy, reverse, addition, carry; TASK, default carry) with the same budget, TOKEN_ARGS
+# going to every variant's train.py (default: the carry_cpu preset's model and budget, --task naming the task); for
+# MINUTES (default 60: the running variant stops with a checkpoint, the next call resumes it); writes
+# docs/results/compare_tokens_<TASK>.json/.png
 TOKEN_VARIANTS ?= ndr,transformer_act,transformer,rel
-TOKEN_ARGS ?= --n_train 100000 --max_steps 20000 --eval_steps 1000 --save_steps 1000 --per_device_train_batch_size 64
+TOKEN_ARGS ?= --preset carry_cpu
+TOKEN_TASK = $(if $(filter file undefined,$(origin TASK)),carry,$(TASK))
 compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same budget (TOKEN_ARGS), for MINUTES
-	OMP_NUM_THREADS=1 $(BIN)/python training/compare_tokens.py --task $(or $(TASK),carry) --variants $(TOKEN_VARIANTS) \
+	OMP_NUM_THREADS=1 $(BIN)/python training/compare_tokens.py --task $(TOKEN_TASK) --variants $(TOKEN_VARIANTS) \
 	    --results_dir docs/results $(if $(MINUTES),--minutes $(MINUTES)) -- $(TOKEN_ARGS)
 
 # what CI runs (.ci/run): the linter, then the test suite

@@ -2,6 +2,8 @@
 the table and plot of accuracy per length, a finished variant reused, a time-boxed call resumed by the next."""
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 from scripts import load_script
@@ -13,6 +15,7 @@ TINY = tiny_train_args(
     per_device_train_batch_size=8, per_device_eval_batch_size=None, max_steps=4, eval_steps=4, save_steps=2,
     report_to="none", disable_tqdm=None, seed=None,
 )  # fmt: skip
+REPO = Path(__file__).resolve().parents[1]
 
 
 def compare(argv: list[str]):
@@ -28,6 +31,7 @@ def test_every_variant_is_trained_with_the_same_flags_and_reported_per_length(tm
     for variant, run in runs.items():
         assert run["command"][run["command"].index("--variant") + 1] == variant
         assert run["command"][-len(TINY) :] == TINY, "the same budget for every variant"
+        assert run["command"][:3] == ["launch", "--multi_gpu", "--num_processes"], "two gloo processes by default"
         metric = run["command"][run["command"].index("--metric_for_best_model") + 1]
         assert metric == "test_100_accuracy", "checkpoints selected on the second-shortest test split, not long chains"
     data = json.loads((results_dir / "compare_tokens_carry.json").read_text())
@@ -40,7 +44,8 @@ def test_every_variant_is_trained_with_the_same_flags_and_reported_per_length(tm
 
 
 def test_a_time_boxed_comparison_stops_with_75_and_the_next_call_resumes_it(tmp_path):
-    argv = ["--task", "copy", "--variants", "ndr", "--output_dir", str(tmp_path), "--", *TINY, "--max_steps", "300"]
+    argv = ["--task", "copy", "--variants", "ndr", "--nproc", "1", "--output_dir", str(tmp_path), "--", *TINY,
+            "--max_steps", "300"]  # fmt: skip
     with pytest.raises(SystemExit) as stopped:
         compare(["--minutes", "0.01", *argv])  # (0.6 s: less than train.py's set-up, so it stops at the first step)
     assert stopped.value.code == 75, "stopped with a checkpoint, to be resumed"
@@ -48,3 +53,11 @@ def test_a_time_boxed_comparison_stops_with_75_and_the_next_call_resumes_it(tmp_
     assert runs["ndr"]["results"]["test_40"]["accuracy"] >= 0, "resumed and finished"
     record = json.loads((tmp_path / "ndr" / "compare_tokens_run.json").read_text())
     assert record["finished"] and "--max_wall_minutes" not in record["command"], "the command is the same as before"
+
+
+@pytest.mark.parametrize("given, task", [([], "carry"), (["TASK=copy"], "copy")])
+def test_make_compare_tokens_trains_carry_unless_told_and_with_the_carry_cpu_budget(given, task):
+    """The Makefile's TASK defaults to listops (the release lines'); compare-tokens takes carry unless TASK is given."""
+    dry_run = subprocess.run(["make", "-n", "compare-tokens", *given], cwd=REPO, capture_output=True, text=True)
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert f"--task {task} " in dry_run.stdout and "-- --preset carry_cpu" in dry_run.stdout, dry_run.stdout

@@ -34,8 +34,6 @@ def train_flags(args, variant: str, output_dir: str) -> list[str]:
     flags = ["--preset", args.preset, "--variant", variant, "--output_dir", output_dir, "--disable_tqdm", "true"]
     if args.direction:
         flags += ["--direction", args.direction]
-    if args.nproc > 1:
-        flags += ["--use_cpu", "--ddp_find_unused_parameters", "false"]
     if getattr(args, "act_eval_steps", None) and read_variant(variant, None, args.preset).get("halting") == "act":
         flags += ["--eval_num_hidden_layers", str(args.act_eval_steps)]
     return flags
@@ -43,15 +41,21 @@ def train_flags(args, variant: str, output_dir: str) -> list[str]:
 
 def train_command(args, variant: str, output_dir: str, extra: list[str]) -> tuple[list[str], dict]:
     """The command that trains one variant, and its environment (gloo data parallelism on the CPU, see README)."""
-    flags = train_flags(args, variant, output_dir)
+    return launch(train_flags(args, variant, output_dir) + extra, args.nproc)
+
+
+def launch(flags: list[str], nproc: int) -> tuple[list[str], dict]:
+    """`train.py` with `flags` in `nproc` processes, and its environment: one process is `python train.py`, more are
+    `accelerate launch` with gloo data parallelism on the CPU (one thread each, see README)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    if args.nproc == 1:
-        return [sys.executable, os.path.join(HERE, "train.py"), *flags, *extra], env
+    if nproc == 1:
+        return [sys.executable, os.path.join(HERE, "train.py"), *flags], env
     env["ACCELERATE_USE_CPU"] = "true"
     launcher = [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch", "--multi_gpu",
-                "--num_processes", str(args.nproc), "--num_machines", "1", "--mixed_precision", "no",
+                "--num_processes", str(nproc), "--num_machines", "1", "--mixed_precision", "no",
                 "--dynamo_backend", "no"]  # fmt: skip
-    return [*launcher, os.path.join(HERE, "train.py"), *flags, *extra], env
+    script = [os.path.join(HERE, "train.py"), "--use_cpu", "--ddp_find_unused_parameters", "false"]
+    return [*launcher, *script, *flags], env
 
 
 def recipe(args, variant: str, extra: list[str]) -> dict:

@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 
-from compare_runs import run_until_stopped
+from compare_runs import launch, run_until_stopped
 
 from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
@@ -43,13 +43,14 @@ def split_length(split: str) -> int:
     return int(split.rsplit("_", 1)[1])
 
 
-def variant_command(args, variant: str, extra: list[str]) -> list[str]:
-    """`train.py` for one variant: the task, the variant, its folder, the selection split, then the shared flags."""
+def variant_command(args, variant: str, extra: list[str]) -> tuple[list[str], dict]:
+    """`train.py` for one variant (the task, the variant, its folder, the selection split, then the shared flags) in
+    `args.nproc` processes, and its environment."""
     tests = sorted((split for split in eval_splits(args.task) if split.startswith("test_")), key=split_length)
     metric = args.metric_for_best_model or f"{tests[1]}_accuracy"  # the second-shortest test split
-    return [sys.executable, os.path.join(HERE, "train.py"), "--task", args.task, "--variant", variant, "--output_dir",
-            os.path.join(args.output_dir, variant), "--disable_tqdm", "true", "--metric_for_best_model", metric,
-            *extra]  # fmt: skip
+    flags = ["--task", args.task, "--variant", variant, "--output_dir", os.path.join(args.output_dir, variant),
+             "--disable_tqdm", "true", "--metric_for_best_model", metric, *extra]  # fmt: skip
+    return launch(flags, args.nproc)
 
 
 def eval_splits(task: str) -> list[str]:
@@ -60,7 +61,7 @@ def train_variant(args, variant: str, extra: list[str], deadline: float | None) 
     """Train `variant` unless it finished with this command (a run of another command is moved to `NAME.previous`);
     returns `{"results", "seconds", "command"}`, or None where it stopped with a checkpoint (exit 75 follows)."""
     directory = os.path.join(args.output_dir, variant)
-    command = variant_command(args, variant, extra)
+    command, env = variant_command(args, variant, extra)
     record = read_json(os.path.join(directory, RECORD)) or {}
     same = record.get("command") == command[1:]  # (the interpreter may differ between machines)
     results = read_json(os.path.join(directory, "eval_results.json"))
@@ -85,7 +86,6 @@ def train_variant(args, variant: str, extra: list[str], deadline: float | None) 
     write_record(seconds)
     print(f"[compare_tokens] {'resuming' if same else 'training'} {variant}: {' '.join(command)}", flush=True)
     started = time.time()
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     status, where = run_until_stopped(command + resume + limit, env, directory, same,
                                       lambda spent: write_record(seconds + spent))  # fmt: skip
     seconds += time.time() - started
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated, in training order")
     parser.add_argument("--output_dir", help="default: outputs/compare_tokens_<task>")
     parser.add_argument("--results_dir", help="also write compare_tokens_<task>.json/.png here")
+    parser.add_argument("--nproc", type=int, default=2, help="training processes per run (gloo on the CPU)")
     parser.add_argument("--metric_for_best_model", help="default: the second-shortest test split's accuracy")
     parser.add_argument("--minutes", type=float, help="the time box of this call (the running variant stops with a "
                         "checkpoint; the next call resumes it)")  # fmt: skip
