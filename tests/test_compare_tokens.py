@@ -2,7 +2,10 @@
 the table and plot of accuracy per length, a finished variant reused, a time-boxed call resumed by the next."""
 
 import json
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,7 +60,32 @@ def test_a_time_boxed_comparison_stops_with_75_and_the_next_call_resumes_it(tmp_
 
 @pytest.mark.parametrize("given, task", [([], "carry"), (["TASK=copy"], "copy")])
 def test_make_compare_tokens_trains_carry_unless_told_and_with_the_carry_cpu_budget(given, task):
-    """The Makefile's TASK defaults to listops (the release lines'); compare-tokens takes carry unless TASK is given."""
+    """The Makefile's TASK defaults to listops (for the release lines); compare-tokens takes carry unless told."""
     dry_run = subprocess.run(["make", "-n", "compare-tokens", *given], cwd=REPO, capture_output=True, text=True)
     assert dry_run.returncode == 0, dry_run.stderr
     assert f"--task {task} " in dry_run.stdout and "-- --preset carry_cpu" in dry_run.stdout, dry_run.stdout
+
+
+def test_a_comparison_stopped_by_sigterm_stops_its_training_with_a_checkpoint(tmp_path):
+    """`kill COMPARISON` (a time box from outside, a scheduler's preemption) reaches the variant's train.py: it saves
+    and exits, the comparison exits 75, and nothing goes on training behind it."""
+    argv = ["--task", "copy", "--variants", "ndr", "--nproc", "1", "--output_dir", str(tmp_path), "--", *TINY,
+            "--max_steps", "100000", "--save_steps", "100000", "--logging_steps", "1"]  # fmt: skip
+    process = subprocess.Popen([sys.executable, str(REPO / "training" / "compare_tokens.py"), *argv], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    log = tmp_path / "ndr" / "train.log"
+    deadline = time.monotonic() + 120
+    try:
+        while not (log.is_file() and "'loss'" in log.read_text()):  # training has started
+            assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+            time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=120)[0]
+        assert process.returncode == 75, output
+        assert "stopped at step" in output, output
+        assert list((tmp_path / "ndr").glob("checkpoint-*")), "the run saved where it stopped"
+        left = subprocess.run(["pgrep", "-f", str(tmp_path / "ndr")], capture_output=True, text=True).stdout
+        assert left == "", f"a train.py of the comparison still runs: {left}"
+    finally:  # nothing of this test goes on training, whatever failed
+        process.kill()
+        subprocess.run(["pkill", "-KILL", "-f", str(tmp_path / "ndr")])

@@ -121,12 +121,15 @@ def run_until_stopped(command: list[str], env: dict, directory: str, append: boo
     `every_minute(seconds)` called once a minute while it runs); returns its exit
     status and, where it stopped with a checkpoint, "at step S (reason)", else "". A launcher (accelerate) exits 1 when
     its processes exit 75, so `stopped.json` tells a stop from a failure; an earlier stop's marker is removed first, so
-    that a failure of this run is not taken for a stop."""
+    that a failure of this run is not taken for a stop. A SIGTERM or SIGUSR1 to this process is passed on to the run,
+    which stops with a checkpoint: a comparison stopped from outside leaves no training behind."""
     marker = os.path.join(directory, STOPPED_FILE)
     if os.path.isfile(marker):
         os.remove(marker)
     log = os.path.join(directory, "train.log")
-    returncode = run_process(command, log_path=log, append=append, every_minute=every_minute, env=env).returncode
+    returncode = run_process(
+        command, log_path=log, append=append, every_minute=every_minute, env=env, forward_signals=True
+    ).returncode
     stopped = read_stopped(directory) if returncode != 0 else None
     if returncode != EXIT_STOPPED and not stopped:
         return returncode, ""
