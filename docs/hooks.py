@@ -151,29 +151,56 @@ def fixed_steps_accuracy(result: dict) -> float:
     return result.get("fixed_steps", result)["accuracy"]
 
 
+def is_token_release(results: dict) -> bool:
+    """A release that answers one label per token (its splits report accuracy per length)."""
+    return any("by_length" in values for values in results.values())
+
+
+def trained_with(run: dict) -> str:
+    """What a release's run (or its line) spent."""
+    minutes = run.get("training", {}).get("seconds", 0) / 60
+    machine = run["machine"].split(", torch")[0]  # the torch build is on the card
+    trained = f"`{run['preset']}`: {minutes:.1f} min, {run.get('processes', 1)} process(es) on {machine}"
+    if compute := run.get("continuation"):  # a release that keeps training: what its line spent
+        hours = sum(compute["seconds"].values()) / 3600
+        trained = (f"`{compute['recipe']}` line: {compute['samples'] / 1e6:.2f}M samples, {compute['chunks']} "
+                   f"chunk(s), {hours:.1f} h")  # fmt: skip
+    return trained
+
+
 def render_released(models: Path = RELEASED) -> str:
-    """One row per released folder: task, accuracy per split as loaded, ood_test (and CTL's deeper compositions) with
-    the fixed steps of training, the paper's ood_test, and the training run."""
-    rows = []
+    """One row per released folder of the paper's tasks: task, accuracy per split as loaded, ood_test (and CTL's
+    deeper compositions) with the fixed steps of training, the paper's ood_test, and the training run; then, where
+    there are any, one row per token release (one label per token): sequence (character) accuracy per split."""
+    rows, token_rows, token_splits = [], [], []
     for folder in sorted(path for path in models.iterdir() if (path / "eval_results.json").is_file()):
         results = json.loads((folder / "eval_results.json").read_text())
         run = json.loads((folder / "run_config.json").read_text())
+        if is_token_release(results):
+            token_splits += [split for split in results if split not in token_splits]
+            cells = {split: f"{v['accuracy']:.3f} ({v['character_accuracy']:.3f})" for split, v in results.items()}
+            token_rows.append((f"`{folder.name}`", run["task"]["task"], cells, trained_with(run)))
+            continue
         task = run["task"]["task"] + (f" {run['task']['direction']}" if run["task"].get("direction") else "")
         scores = [format_value(results[split]["accuracy"]) if split in results else "" for split in SPLITS]
         fixed = format_value(fixed_steps_accuracy(results["ood_test"])) if "ood_test" in results else ""
         deeper = results.get("deeper")
         deeper = f"{deeper['accuracy']:.3f} / {fixed_steps_accuracy(deeper):.3f}" if deeper else ""
-        minutes = run.get("training", {}).get("seconds", 0) / 60
-        machine = run["machine"].split(", torch")[0]  # the torch build is on the card
-        trained = f"`{run['preset']}`: {minutes:.1f} min, {run.get('processes', 1)} process(es) on {machine}"
-        if compute := run.get("continuation"):  # a release that keeps training: what its line spent
-            hours = sum(compute["seconds"].values()) / 3600
-            trained = (f"`{compute['recipe']}` line: {compute['samples'] / 1e6:.2f}M samples, {compute['chunks']} "
-                       f"chunk(s), {hours:.1f} h")  # fmt: skip
-        rows.append([f"`{folder.name}`", task, *scores, fixed, deeper, PAPER_OOD_TEST.get(task, ""), trained])
+        rows.append(
+            [f"`{folder.name}`", task, *scores, fixed, deeper, PAPER_OOD_TEST.get(task, ""), trained_with(run)]
+        )
     columns = ["repository", "task", *SPLITS, "ood_test, fixed steps", "11–12 functions: as loaded / fixed steps",
                "the paper's ood_test", "trained"]  # fmt: skip
-    return markdown_table(rows, columns) + "\n"
+    table = markdown_table(rows, columns) + "\n"
+    if token_rows:
+        table += (
+            "\nOne label per token (sequence accuracy, character accuracy in brackets; `test_<n>` and "
+            "`long_chains_<n>` hold rows of `n` positions):\n\n"
+        )
+        body = [[name, task, *(cells.get(split, "") for split in token_splits), trained]
+                for name, task, cells, trained in token_rows]  # fmt: skip
+        table += markdown_table(body, ["repository", "task", *token_splits, "trained"]) + "\n"
+    return table
 
 
 def on_page_markdown(markdown, page, config, files):

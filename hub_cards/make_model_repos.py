@@ -99,6 +99,9 @@ RELEASES = {
     "ndr-ctl-backward": Release("ctl_cpu_long", "ctl_backward_cpu_long", "backward"),
     "ndr-arithmetic": Release("arithmetic_cpu", "arithmetic_cpu"),
     "ndr-listops": Release("listops_cpu", "listops_cpu"),
+    # one output per digit position (the carry task of docs/token-tasks.md): the NDR of make compare-tokens, whose
+    # run is this preset's (copied to outputs/carry_cpu)
+    "ndr-addition": Release("carry_cpu", "carry_cpu"),
 }
 # make gpu-release TASK=<task>: a release's line on this machine's GPUs (each call resumes it for MINUTES); a release
 # without a line starts one of the paper-size preset here. The work folder is the release's, whatever the device.
@@ -360,14 +363,14 @@ def _released_files(name, source, target, org, max_bytes, eval_results=None, run
 
 def stage(name: str, out_dir: str) -> str:
     """The folder `--push` uploads: the released files plus the modeling code (written by `save_pretrained`)."""
-    from modeling_ndr import NDRForSequenceClassification
+    from modeling_ndr.training.export import head_class
 
     source = os.path.join(MODELS_DIR, name)
     if not os.path.isfile(os.path.join(source, "config.json")):
         raise SystemExit(f"[release] {name}: {source} is not built (run `make release` first)")
     target = os.path.join(out_dir, name)
     shutil.copytree(source, target, dirs_exist_ok=True)
-    NDRForSequenceClassification.from_pretrained(source).save_pretrained(target)  # the same weights, + code
+    head_class(source).from_pretrained(source).save_pretrained(target)  # the same weights (and head), + code
     for file in ("README.md", "config.json"):  # the released versions, byte for byte
         shutil.copy2(os.path.join(source, file), target)
     return target

@@ -19,9 +19,15 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel, geometric_attention_weights
 from modeling_ndr.dropout_ndr import NDRDropout
 from modeling_ndr.modeling_ndr import readout_positions
+from modeling_ndr.training.export import head_class
 
 
-RELEASED = sorted(path for path in (Path(__file__).resolve().parents[1] / "hub_cards" / "models").glob("ndr-*"))
+# the released sequence classifiers (a token release's head reads every column: tests/test_token_classification.py)
+RELEASED = sorted(
+    path
+    for path in (Path(__file__).resolve().parents[1] / "hub_cards" / "models").glob("ndr-*")
+    if head_class(str(path)) is NDRForSequenceClassification
+)
 
 
 BATCH, SEQ, VOCAB = 13, 7, 12

@@ -159,7 +159,12 @@ def test_a_generated_token_task_trains_with_task_and_reports_each_evaluation_len
     assert results["test_1000"]["by_length"].keys() == {"1000"}, "the length is the task's: digit positions"
     config = json.loads((output_dir / "export" / "config.json").read_text())
     assert config["architectures"] == ["NDRForTokenClassification"], "exported with the head it trained"
-    assert "load_token_task('carry'" in (output_dir / "export" / "README.md").read_text(), "the card names the data"
+    card = (output_dir / "export" / "README.md").read_text()
+    assert "load_token_task('carry'" in card, "the card names the data"
+    assert re.search(r"Sequence accuracy \(every scored token of a row right\) of the last checkpoint", card), card
+    assert "ood_valid" not in card, "a token task's card speaks of its own splits"
+    example = json.loads((output_dir / "run_config.json").read_text())["example"]
+    assert len(example["text"].split()) <= 40, f"the card's example is a short training row: {example['text']!r}"
 
 
 def test_evaluate_model_scores_a_token_export_on_files_as_train_py_did(trained, files):

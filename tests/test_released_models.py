@@ -14,16 +14,34 @@ import torch
 from hub_cache import install_in_hub_cache
 from huggingface_hub import ModelCard
 from scripts import load_script
-from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+from transformers import (
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    DataCollatorForTokenClassification,
+    DataCollatorWithPadding,
+)
 
-from modeling_ndr import NDRForSequenceClassification, NDRModel, load_task, task_label_names
-from modeling_ndr.tasks import ctl_compositions, split_depths
+from modeling_ndr import (
+    NDRForSequenceClassification,
+    NDRForTokenClassification,
+    NDRModel,
+    load_task,
+    load_token_task,
+    task_label_names,
+)
+from modeling_ndr.tasks import ctl_compositions, encode_token_rows, split_depths
 from modeling_ndr.training.adaptive import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, choose_threshold
 from modeling_ndr.training.evaluation import predict
+from modeling_ndr.training.export import head_class
 
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = sorted(path for path in (REPO / "hub_cards" / "models").glob("ndr-*") if (path / "config.json").is_file())
+# one label per text (the paper's tasks) or one per token (ndr-addition, the carry task)
+TOKEN_MODELS = [path for path in MODELS if head_class(str(path)) is NDRForTokenClassification]
+SEQUENCE_MODELS = [path for path in MODELS if path not in TOKEN_MODELS]
 CTL_MODELS = [path for path in MODELS if json.loads((path / "run_config.json").read_text())["task"]["task"] == "ctl"]
 ORG = "ndr-org"
 N_FRESH = 300
@@ -66,7 +84,7 @@ def fresh_samples(task: dict, split: str = "ood_test") -> tuple[list[str], list[
                                            for row in rows]  # fmt: skip
 
 
-@pytest.mark.parametrize("folder", MODELS, ids=[path.name for path in MODELS])
+@pytest.mark.parametrize("folder", SEQUENCE_MODELS, ids=[path.name for path in SEQUENCE_MODELS])
 def test_released_model_loads_as_a_hub_id_and_matches_its_card_on_fresh_data(folder, hf_home, tmp_path, monkeypatch):
     files = set(os.listdir(folder))
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "run_config.json"} <= files
@@ -106,6 +124,50 @@ def test_released_model_loads_as_a_hub_id_and_matches_its_card_on_fresh_data(fol
             assert abs(accuracy - claimed) <= 4 * sigma, (
                 f"fresh {split} ({metric_config or 'as loaded'}) {accuracy:.3f} vs the card's {claimed:.3f}"
             )
+
+
+# the token releases' splits scored here (the 1000-position splits cost a minute each on two cores; the card has them)
+TOKEN_SPLITS_CHECKED = ("test_40", "test_400", "long_chains_400")
+
+
+@pytest.mark.parametrize("folder", TOKEN_MODELS, ids=[path.name for path in TOKEN_MODELS])
+def test_released_token_model_loads_as_a_hub_id_and_matches_its_card_on_fresh_data(folder, hf_home, tmp_path,
+                                                                                    monkeypatch):  # fmt: skip
+    """A token release (one label per token) loads as a hub id with `AutoModelForTokenClassification`, and its
+    sequence accuracy (every scored token right) on fresh rows of its task agrees with its card, per split."""
+    files = set(os.listdir(folder))
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "run_config.json"} <= files
+    assert sum((folder / name).stat().st_size for name in files) < 3 * 2**20, "each release stays under 3 MB"
+    config = json.loads((folder / "config.json").read_text())
+    assert "AutoModelForTokenClassification" in config["auto_map"] and config["id2label"]
+    assert "token-classification" in (folder / "README.md").read_text(), "the card's pipeline tag"
+
+    repo_id = f"{ORG}/{folder.name}"
+    install_in_hub_cache(str(folder), repo_id, hf_home)
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(AutoModel.from_pretrained(repo_id), NDRModel)
+    model = AutoModelForTokenClassification.from_pretrained(repo_id).eval()
+    assert isinstance(model, NDRForTokenClassification)
+    tokenizer = AutoTokenizer.from_pretrained(repo_id)
+
+    task = json.loads((folder / "run_config.json").read_text())["task"]
+    fresh = load_token_task(task["task"], seed=FRESH_SEED, n_train=100, n_eval=N_FRESH // 3)
+    collate = DataCollatorForTokenClassification(tokenizer)
+    for split in TOKEN_SPLITS_CHECKED:
+        claimed = card_accuracy(folder, split)
+        rows = fresh[split].map(encode_token_rows, batched=True, remove_columns=fresh[split].column_names,
+                                fn_kwargs={"tokenizer": tokenizer, "label2id": model.config.label2id})  # fmt: skip
+        exact = []
+        with torch.no_grad():
+            for start in range(0, len(rows), 25):
+                batch = collate([rows[i] for i in range(start, min(start + 25, len(rows)))])
+                labels = batch.pop("labels")
+                predicted = model(**batch).logits.argmax(-1)
+                exact += ((predicted == labels) | (labels == -100)).all(-1).tolist()
+        accuracy = sum(exact) / len(exact)
+        n_card = json.loads((folder / "eval_results.json").read_text())[split].get("count") or 100
+        sigma = math.sqrt(max(claimed * (1 - claimed), 0.01) * (1 / len(exact) + 1 / n_card))
+        assert abs(accuracy - claimed) <= 4 * sigma, f"fresh {split} {accuracy:.3f} vs the card's {claimed:.3f}"
 
 
 def test_both_ctl_directions_are_released():
@@ -156,21 +218,27 @@ def test_released_weights_match_todays_model_key_for_key(folder):
 
     from modeling_ndr import NDRConfig
 
-    model = NDRForSequenceClassification(NDRConfig.from_pretrained(folder))
+    model = head_class(str(folder))(NDRConfig.from_pretrained(folder))
     expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
     with safe_open(folder / "model.safetensors", "pt") as f:
         saved = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
     assert saved == expected
 
 
-def test_the_push_stage_adds_the_modeling_code_and_loads_without_the_package(tmp_path):
+STAGED = SEQUENCE_MODELS[:1] + TOKEN_MODELS[:1]  # one of each head
+
+
+@pytest.mark.parametrize("folder", STAGED, ids=[path.name for path in STAGED])
+def test_the_push_stage_adds_the_modeling_code_and_loads_without_the_package(folder, tmp_path):
     """What `make push-release` uploads: the released files plus the modeling code, loadable with
-    `trust_remote_code=True` in a Python where `modeling_ndr` cannot be imported."""
+    `trust_remote_code=True` in a Python where `modeling_ndr` cannot be imported, with the head it was trained with
+    and the released weights unchanged."""
     import subprocess
     import sys
     import textwrap
 
-    folder = MODELS[0]
+    from safetensors.torch import load_file
+
     done = subprocess.run(
         [sys.executable, str(REPO / "hub_cards" / "make_model_repos.py"), "--stage", str(tmp_path / "stage"),
          "--names", folder.name],
@@ -184,13 +252,17 @@ def test_the_push_stage_adds_the_modeling_code_and_loads_without_the_package(tmp
         """
         import sys
         sys.modules["modeling_ndr"] = None  # the package is not importable here
-        from transformers import AutoModelForSequenceClassification
-        model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True)
-        print(type(model).__module__)
+        import transformers
+        model = getattr(transformers, sys.argv[2]).from_pretrained(sys.argv[1], trust_remote_code=True)
+        print(type(model).__module__, type(model).__name__)
         """
     )
     (tmp_path / "load.py").write_text(script)
-    loaded = subprocess.run([sys.executable, "load.py", str(staged)], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
+    auto_class = "AutoModelForTokenClassification" if folder in TOKEN_MODELS else "AutoModelForSequenceClassification"
+    released, written = load_file(folder / "model.safetensors"), load_file(staged / "model.safetensors")
+    assert released.keys() == written.keys() and all(torch.equal(released[k], written[k]) for k in released)
+    loaded = subprocess.run([sys.executable, "load.py", str(staged), auto_class], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert "transformers_modules" in loaded.stdout, "the model class came from the repository's own code"
+    assert head_class(str(folder)).__name__ in loaded.stdout, "the head it was trained with"

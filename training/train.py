@@ -245,7 +245,11 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     run_config = {}
     if training_args.should_save:
         os.makedirs(training_args.output_dir, exist_ok=True)
-        example = data[eval_splits[-1] if eval_splits else "train"][0]
+        if per_token:  # a short training row (an evaluation row may be a thousand tokens), for the card's example
+            rows = data["train"].select(range(min(200, len(data["train"]))))["input_ids"]
+            example = data["train"][min(range(len(rows)), key=lambda i: (abs(len(rows[i]) - 12), i))]
+        else:
+            example = data[eval_splits[-1] if eval_splits else "train"][0]
         labels = example["labels"]
         example = {
             "text": tokenizer.decode(example["input_ids"], skip_special_tokens=True),

@@ -264,6 +264,13 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
     )
 
 
+def head_class(folder: str) -> type:
+    """The class a checkpoint or export was trained as: `NDRForTokenClassification` (one label per token) where its
+    `config.json`'s `architectures` says so, else `NDRForSequenceClassification` (one label per text)."""
+    architectures = (read_json(os.path.join(folder, "config.json")) or {}).get("architectures") or []
+    return NDRForTokenClassification if "NDRForTokenClassification" in architectures else NDRForSequenceClassification
+
+
 TOKENIZER_FILE = "tokenizer.json"
 # what an export folder holds (config, tokenizer and results files, weights, modeling code, the card): an existing
 # folder holding anything else (a git clone, your notes) is not replaced by an export
@@ -328,12 +335,7 @@ def export_model(
         state = _read_json(checkpoint_dir, "trainer_state.json") or {}  # runs that predate run_config["training"]
         training = {"seconds": train_results["train_runtime"], "steps": state.get("global_step"), "finished": None}
         run_config = {**run_config, "training": training}
-    # the head it was trained with: one label per text, or per token (its config's `architectures`)
-    architectures = (read_json(os.path.join(checkpoint_dir, "config.json")) or {}).get("architectures") or []
-    model_class = (
-        NDRForTokenClassification if "NDRForTokenClassification" in architectures else NDRForSequenceClassification
-    )
-    model = model_class.from_pretrained(checkpoint_dir)
+    model = head_class(checkpoint_dir).from_pretrained(checkpoint_dir)
     tokenizer = NDRTokenizerFast.from_pretrained(checkpoint_dir)  # saves as PreTrainedTokenizerFast
     if choose_adaptive_steps and adaptive.applies(model.config, run_config):
         # every number is measured again on the exported model, fixed and adaptive, so that re-exporting an export
