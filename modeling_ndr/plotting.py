@@ -11,7 +11,8 @@ def plot_routing(
     1 = the column takes its update) and the attention matrix of each step (below; mean over heads unless `head`).
 
     Args:
-        model: an `NDRModel` or `NDRForSequenceClassification`.
+        model: an `NDRModel`, `NDRForSequenceClassification` (the title shows its label) or
+            `NDRForTokenClassification` (the title shows the label of every token between `[BOS]` and `[EOS]`).
         tokenizer: its tokenizer; `text` is encoded with it (one sequence, no padding).
         num_steps (`int`, *optional*): steps to draw (default: the model's evaluation step count, or with adaptive
             steps the step where the sample stopped, if that is later).
@@ -73,8 +74,10 @@ def _prediction(model, outputs) -> str:
     logits = getattr(outputs, "logits", None)
     if logits is None:
         return "(encoder)"
-    label = logits[0].argmax(-1).item()
-    return str(model.config.id2label.get(label, label))
+    labels = logits[0].argmax(-1)
+    if labels.dim() == 1:  # one label per token (NDRForTokenClassification): those between [BOS] and [EOS]
+        return " ".join(str(model.config.id2label.get(label, label)) for label in labels[1:-1].tolist())
+    return str(model.config.id2label.get(labels.item(), labels.item()))
 
 
 def plot_training_curve(

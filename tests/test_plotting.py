@@ -36,6 +36,19 @@ def test_plot_routing_marks_where_an_adaptive_sample_stops(tmp_path):
     assert any(line.get_color() == "red" for line in figure.axes[0].lines), "a red line marks the stop"
 
 
+def test_plot_routing_of_a_token_classifier_titles_the_label_of_every_token(tmp_path):
+    """`NDRForTokenClassification` (ndr-addition): one label per word between [BOS] and [EOS] in the title."""
+    from modeling_ndr import NDRForTokenClassification, token_task_tokenizer
+
+    tokenizer = token_task_tokenizer("carry")
+    config = NDRConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=16, num_hidden_layers=2,
+                       num_labels=10, id2label={i: str(i) for i in range(10)})  # fmt: skip
+    figure = plot_routing(NDRForTokenClassification(config), tokenizer, "00 56 78", path=tmp_path / "routing.png")
+    title = figure._suptitle.get_text()
+    assert title.startswith("00 56 78  →  ") and len(title.split("→")[1].split()) == 3, title
+    assert len(figure.axes) == 1 + 2 + 1 and (tmp_path / "routing.png").stat().st_size > 1000
+
+
 def test_first_token_curves_follow_each_operator_as_training_goes(tmp_path):
     """`--eval_by_first_token` logs `eval_<split>_accuracy_first_<token>[_depth_<d>]`; the curves are read back per
     token and drawn per run (ListOps: when [SM leaves chance)."""
