@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mkdocs.structure.files import File
 
-from modeling_ndr.tables import markdown_table
+from modeling_ndr.tables import markdown_table, per_token_results
 
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -151,11 +151,6 @@ def fixed_steps_accuracy(result: dict) -> float:
     return result.get("fixed_steps", result)["accuracy"]
 
 
-def is_token_release(results: dict) -> bool:
-    """A release that answers one label per token (its splits report accuracy per length)."""
-    return any("by_length" in values for values in results.values())
-
-
 def trained_with(run: dict) -> str:
     """What a release's run (or its line) spent."""
     minutes = run.get("training", {}).get("seconds", 0) / 60
@@ -176,7 +171,7 @@ def render_released(models: Path = RELEASED) -> str:
     for folder in sorted(path for path in models.iterdir() if (path / "eval_results.json").is_file()):
         results = json.loads((folder / "eval_results.json").read_text())
         run = json.loads((folder / "run_config.json").read_text())
-        if is_token_release(results):
+        if per_token_results(results):  # one label per token
             token_splits += [split for split in results if split not in token_splits]
             cells = {split: f"{v['accuracy']:.3f} ({v['character_accuracy']:.3f})" for split, v in results.items()}
             token_rows.append((f"`{folder.name}`", run["task"]["task"], cells, trained_with(run)))

@@ -37,4 +37,10 @@ def markdown_table(rows: Iterable[Mapping | Sequence], columns: Sequence | None 
     return "\n".join(lines)
 
 
-__all__ = ["markdown_table"]
+__all__ = ["markdown_table", "per_token_results"]
+
+
+def per_token_results(eval_results: Mapping) -> bool:
+    """Whether `eval_results.json`'s splits are a token classifier's (one label per token: accuracy per length,
+    `by_length`) rather than one label per text (accuracy per depth)."""
+    return any("by_length" in values for values in eval_results.values())

@@ -106,7 +106,7 @@ def test_the_released_models_table_has_a_row_per_folder_with_its_card_s_numbers(
     for folder in sorted((REPO / "hub_cards" / "models").glob("ndr-*")):
         results = json.loads((folder / "eval_results.json").read_text())
         row = next(line for line in table.splitlines() if line.startswith(f"| `{folder.name}` |"))
-        if hooks.is_token_release(results):  # one label per token: its own table, every split's two accuracies
+        if hooks.per_token_results(results):  # one label per token: its own table, every split's two accuracies
             for values in results.values():
                 assert f"| {values['accuracy']:.3f} ({values['character_accuracy']:.3f}) |" in row, (folder.name, row)
             continue

@@ -21,7 +21,7 @@ import re
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification
-from ..tables import markdown_table
+from ..tables import markdown_table, per_token_results
 from ..tasks import TOKEN_TASK_NAMES
 from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
@@ -78,7 +78,7 @@ def results_table(eval_results: dict) -> str:
     """Markdown table of each split's accuracy and its accuracy per depth (printed by train.py, used in the card and
     by evaluate_model.py). Depth keys may be strings (as read from JSON) or integers; data without depths gives a
     table of accuracies only."""
-    if any("by_length" in values for values in eval_results.values()):  # a token task: sequence accuracy per length
+    if per_token_results(eval_results):  # a token task: sequence accuracy per length
         return _by_length_table(eval_results)
     by_depth = {split: {int(d): a for d, a in values["by_depth"].items()} for split, values in eval_results.items()}
     depths = sorted({d for values in by_depth.values() for d in values})
@@ -180,7 +180,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
     hub_dataset = task.get("dataset_name") if own_data_name(task) else default_model_name(run_config)
     dataset_name = hub_dataset or os.path.basename(task["train_file"])
 
-    per_token = any("by_length" in values for values in eval_results.values())
+    per_token = per_token_results(eval_results)
     pipeline_tag = "token-classification" if per_token else "text-classification"
 
     def result(split: str, accuracy: float, **metric) -> EvalResult:
