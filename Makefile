@@ -17,7 +17,7 @@ DEMO_ARGS ?=
 	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown \
 	compare-tokens
 
-setup: $(STAMP) ## create .venv (CPU build of torch) and install the package with its test and train extras
+setup: $(STAMP) ## create .venv (CPU build of torch), install the package with its test and train extras, unpack transformers' common model tests
 
 help: ## list the targets and what they do
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,6 +27,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_CPU)
 	$(BIN)/python -m pip install --quiet -e ".[test,train]"
+	$(BIN)/python tests/transformers_suite.py  # transformers' common model tests, from its source distribution
 	touch $(STAMP)
 
 DEMO_PRESET ?= ctl_cpu
@@ -89,12 +90,12 @@ compare-budget: $(STAMP) ## continue VARIANTS below 0.95 on iid_test past their 
 	    --results_dir docs/results
 
 # the variants on a token task (copy, reverse, addition, carry; TASK, default carry) with the same budget, TOKEN_ARGS
-# going to every variant's train.py (default: the carry_cpu preset's model and budget, --task naming the task); for
-# MINUTES (default 60: the running variant stops with a checkpoint, the next call resumes it); writes
-# docs/results/compare_tokens_<TASK>.json/.png
+# going to every variant's train.py (default: the carry_cpu preset for carry, strings_cpu for the UT's string tasks,
+# --task naming the task); for MINUTES (default 60: the running variant stops with a checkpoint, the next call
+# resumes it); writes docs/results/compare_tokens_<TASK>.json/.png
 TOKEN_VARIANTS ?= ndr,transformer_act,transformer,rel
-TOKEN_ARGS ?= --preset carry_cpu
 TOKEN_TASK = $(if $(filter file undefined,$(origin TASK)),carry,$(TASK))
+TOKEN_ARGS ?= --preset $(if $(filter carry,$(TOKEN_TASK)),carry_cpu,strings_cpu)
 compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same budget (TOKEN_ARGS), for MINUTES
 	OMP_NUM_THREADS=1 $(BIN)/python training/compare_tokens.py --task $(TOKEN_TASK) --variants $(TOKEN_VARIANTS) \
 	    --results_dir docs/results $(if $(MINUTES),--minutes $(MINUTES)) -- $(TOKEN_ARGS)
@@ -131,6 +132,7 @@ test-image-versions: ## make test's suite with the GPU image's library versions,
 	test -x $(IMAGE_VENV)/bin/python || $(PYTHON) -m venv $(IMAGE_VENV)
 	$(IMAGE_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(IMAGE_VENV)/bin/python -m pip install --quiet $(IMAGE_PINS) -e ".[test,train]"
+	$(IMAGE_VENV)/bin/python tests/transformers_suite.py
 	touch $(IMAGE_VENV)/.installed
 	$(IMAGE_VENV)/bin/python -m pip freeze --exclude-editable > $(IMAGE_VENV)/versions.txt
 	@# make test's suite, its own make calls on .venv-image too (VENV); not its lint (ruff is pinned: the same here)

@@ -58,12 +58,20 @@ def test_a_time_boxed_comparison_stops_with_75_and_the_next_call_resumes_it(tmp_
     assert record["finished"] and "--max_wall_minutes" not in record["command"], "the command is the same as before"
 
 
-@pytest.mark.parametrize("given, task", [([], "carry"), (["TASK=copy"], "copy")])
-def test_make_compare_tokens_trains_carry_unless_told_and_with_the_carry_cpu_budget(given, task):
-    """The Makefile's TASK defaults to listops (for the release lines); compare-tokens takes carry unless told."""
+@pytest.mark.parametrize(
+    "given, task, preset",
+    [
+        ([], "carry", "carry_cpu"),
+        (["TASK=copy"], "copy", "strings_cpu"),
+        (["TASK=addition"], "addition", "strings_cpu"),
+    ],
+)
+def test_make_compare_tokens_trains_carry_unless_told_and_with_the_task_s_cpu_budget(given, task, preset):
+    """The Makefile's TASK defaults to listops (for the release lines); compare-tokens takes carry unless told, with
+    the carry preset for carry and the string tasks' preset for the Universal Transformer's tasks."""
     dry_run = subprocess.run(["make", "-n", "compare-tokens", *given], cwd=REPO, capture_output=True, text=True)
     assert dry_run.returncode == 0, dry_run.stderr
-    assert f"--task {task} " in dry_run.stdout and "-- --preset carry_cpu" in dry_run.stdout, dry_run.stdout
+    assert f"--task {task} " in dry_run.stdout and f"-- --preset {preset}" in dry_run.stdout, dry_run.stdout
 
 
 def test_a_comparison_stopped_by_sigterm_stops_its_training_with_a_checkpoint(tmp_path):
