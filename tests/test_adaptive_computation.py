@@ -281,6 +281,35 @@ def test_evaluate_model_reports_mean_steps_per_depth_for_act_and_adaptive_models
     assert all("mean_steps" not in values for values in results.values()), "fixed-step models report no steps"
 
 
+def test_evaluate_model_reports_mean_steps_per_length_for_a_token_classifier_with_adaptive_steps(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from modeling_ndr import NDRForTokenClassification
+    from modeling_ndr.tasks import token_task_label_names, token_task_tokenizer
+
+    spec = importlib.util.spec_from_file_location(
+        "evaluate_model_tokens", Path(__file__).resolve().parents[1] / "training" / "evaluate_model.py"
+    )
+    evaluate_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evaluate_model)
+    tokenizer, labels = token_task_tokenizer("carry"), token_task_label_names("carry")
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), num_labels=len(labels), id2label=dict(enumerate(labels)),
+                         label2id={label: i for i, label in enumerate(labels)}, adaptive_steps=True)  # fmt: skip
+    NDRForTokenClassification(config).save_pretrained(tmp_path / "adaptive")
+    tokenizer.save_pretrained(tmp_path / "adaptive")
+    argv = [str(tmp_path / "adaptive"), "--task", "carry", "--n_eval", "8", "--split", "test_40",
+            "--split", "test_100"]  # fmt: skip
+    results = evaluate_model.main(argv)
+    for split, length in (("test_40", "40"), ("test_100", "100")):
+        assert 1 <= results[split]["mean_steps"] <= 6, f"{split}: adaptive steps within the cap (twice 3)"
+        assert results[split]["mean_steps_by_length"] == {length: results[split]["mean_steps"]}, split
+    assert "| split | mean steps | length 40 | length 100 |" in capsys.readouterr().out
+    fixed = evaluate_model.main([*argv, "--adaptive_steps", "false"])
+    assert all("mean_steps" not in values for values in fixed.values()), "fixed steps: no steps reported"
+
+
 @pytest.mark.e2e  # train.py end to end
 def test_train_py_trains_and_evaluates_an_act_model(tmp_path):
     """Trainer's evaluation gathers every output but the loss; the ACT outputs (per-column halting steps of varying

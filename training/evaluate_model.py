@@ -17,12 +17,12 @@
 Labels are matched to the model's by name (`config.label2id`); a label the model does not know is an error. The
 numbers come from the package's `evaluate` metric (`modeling_ndr.metrics.DEPTH_ACCURACY`), and are those `train.py`
 reports: `{split: {"accuracy": a, "by_depth": {depth: a}}}` with `--output_json`. Models that choose their own number
-of steps (ACT halting, adaptive steps) also get `mean_steps` and `mean_steps_by_depth` per split, printed as a second
-table. `--depths` (CTL) adds a split `deeper` of compositions of those depths, drawn with the function tables of
-`--task_seed` (`modeling_ndr.tasks.ctl_compositions(depths, n_eval, seed=task_seed, direction=..., sample_seed=1)`:
-the same rows on every run). `--by_first_token` also reports accuracy and sample count per first token of the text
-and depth (ListOps: per root operator), printed as a table and under `by_first_token` in each split's `--output_json`
-entry. Errors are one line (exit status 2).
+of steps (ACT halting, adaptive steps) also get `mean_steps` and `mean_steps_by_depth` per split (a token classifier:
+`mean_steps_by_length`), printed as a second table. `--depths` (CTL) adds a split `deeper` of compositions of those
+depths, drawn with the function tables of `--task_seed` (`modeling_ndr.tasks.ctl_compositions(depths, n_eval,
+seed=task_seed, direction=..., sample_seed=1)`: the same rows on every run). `--by_first_token` also reports accuracy
+and sample count per first token of the text and depth (ListOps: per root operator), printed as a table and under
+`by_first_token` in each split's `--output_json` entry. Errors are one line (exit status 2).
 """
 
 import argparse
@@ -200,6 +200,12 @@ def token_results(model, tokenizer, splits: dict, args) -> dict:
         result = token_accuracy.compute(predictions=[row.tolist() for row in predicted.label_ids],
                                         references=dataset["labels"], lengths=dataset["length"])  # fmt: skip
         results[split] = nested_results(token_metrics(result))
+        if predicted.model_chose_steps:  # ACT (mean halting step of a row's columns) or adaptive steps (steps run)
+            steps, lengths = predicted.steps, np.asarray(dataset["length"])
+            results[split]["mean_steps"] = float(steps.mean())
+            results[split]["mean_steps_by_length"] = {
+                str(n): float(steps[lengths == n].mean()) for n in sorted(set(lengths.tolist()))
+            }
     return results
 
 
@@ -232,15 +238,23 @@ def check_model_labels(splits: dict, label2id: dict, model_name: str) -> None:
             )
 
 
-def steps_table(results: dict) -> str:
-    """Mean steps per split and depth (ACT's ponder steps or adaptive steps), as markdown."""
-    depths = sorted({int(d) for values in results.values() for d in values.get("mean_steps_by_depth", {})})
+def print_steps(results: dict, by: str = "depth") -> None:
+    """The steps table, where the model chose its steps (ACT, adaptive steps)."""
+    if any("mean_steps" in values for values in results.values()):
+        print("\nSteps used (ACT: mean halting step of the real columns; adaptive: steps run):\n")
+        print(steps_table(results, by))
+
+
+def steps_table(results: dict, by: str = "depth") -> str:
+    """Mean steps per split and depth (a token task: per length; ACT's ponder steps or adaptive steps), as
+    markdown."""
+    depths = sorted({int(d) for values in results.values() for d in values.get(f"mean_steps_by_{by}", {})})
     rows = []
     for split, values in results.items():
-        by_depth = values.get("mean_steps_by_depth", {})
+        by_depth = values.get(f"mean_steps_by_{by}", {})
         cells = [f"{by_depth[str(d)]:.2f}" if str(d) in by_depth else "" for d in depths]
         rows.append([split, f"{values['mean_steps']:.2f}", *cells])
-    return markdown_table(rows, ["split", "mean steps", *(f"depth {d}" for d in depths)])
+    return markdown_table(rows, ["split", "mean steps", *(f"{by} {d}" for d in depths)])
 
 
 def first_token_accuracy(depth_accuracy, first_tokens: list[str], predictions, references, depths) -> dict:
@@ -302,6 +316,7 @@ def main(argv: list[str] | None = None) -> dict:
             model.cuda()
         results = token_results(model, tokenizer, splits, args)
         print(results_table(results))
+        print_steps(results, "length")
         if args.output_json:
             with open(args.output_json, "w") as f:
                 json.dump(results, f, indent=2)
@@ -338,9 +353,7 @@ def main(argv: list[str] | None = None) -> dict:
                 depth_accuracy, first_tokens[split], predicted.label_ids, dataset["labels"], depths
             )
     print(results_table(results))
-    if any("mean_steps" in values for values in results.values()):
-        print("\nSteps used (ACT: mean halting step of the real columns; adaptive: steps run):\n")
-        print(steps_table(results))
+    print_steps(results, "depth")
     if args.by_first_token:
         print("\nAccuracy (samples) per first token of the text (ListOps: the root operator) and depth:\n")
         print(first_token_table(results))
