@@ -282,17 +282,12 @@ def test_evaluate_model_reports_mean_steps_per_depth_for_act_and_adaptive_models
 
 
 def test_evaluate_model_reports_mean_steps_per_length_for_a_token_classifier_with_adaptive_steps(tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
+    from scripts import load_script
 
     from modeling_ndr import NDRForTokenClassification
     from modeling_ndr.tasks import token_task_label_names, token_task_tokenizer
 
-    spec = importlib.util.spec_from_file_location(
-        "evaluate_model_tokens", Path(__file__).resolve().parents[1] / "training" / "evaluate_model.py"
-    )
-    evaluate_model = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(evaluate_model)
+    evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_token_steps")
     tokenizer, labels = token_task_tokenizer("carry"), token_task_label_names("carry")
     torch.manual_seed(0)
     config = tiny_config(vocab_size=len(tokenizer), num_labels=len(labels), id2label=dict(enumerate(labels)),

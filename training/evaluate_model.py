@@ -201,11 +201,8 @@ def token_results(model, tokenizer, splits: dict, args) -> dict:
                                         references=dataset["labels"], lengths=dataset["length"])  # fmt: skip
         results[split] = nested_results(token_metrics(result))
         if predicted.model_chose_steps:  # ACT (mean halting step of a row's columns) or adaptive steps (steps run)
-            steps, lengths = predicted.steps, np.asarray(dataset["length"])
-            results[split]["mean_steps"] = float(steps.mean())
-            results[split]["mean_steps_by_length"] = {
-                str(n): float(steps[lengths == n].mean()) for n in sorted(set(lengths.tolist()))
-            }
+            results[split]["mean_steps"] = float(predicted.steps.mean())
+            results[split]["mean_steps_by_length"] = mean_by(predicted.steps, dataset["length"])
     return results
 
 
@@ -238,6 +235,12 @@ def check_model_labels(splits: dict, label2id: dict, model_name: str) -> None:
             )
 
 
+def mean_by(steps: np.ndarray, groups) -> dict[str, float]:
+    """`{group: mean of steps}` per value of `groups` (a depth or a length per row), keys as strings."""
+    groups = np.asarray(groups)
+    return {str(g): float(steps[groups == g].mean()) for g in sorted(set(groups.tolist()))}
+
+
 def print_steps(results: dict, by: str = "depth") -> None:
     """The steps table, where the model chose its steps (ACT, adaptive steps)."""
     if any("mean_steps" in values for values in results.values()):
@@ -248,13 +251,13 @@ def print_steps(results: dict, by: str = "depth") -> None:
 def steps_table(results: dict, by: str = "depth") -> str:
     """Mean steps per split and depth (a token task: per length; ACT's ponder steps or adaptive steps), as
     markdown."""
-    depths = sorted({int(d) for values in results.values() for d in values.get(f"mean_steps_by_{by}", {})})
+    keys = sorted({int(k) for values in results.values() for k in values.get(f"mean_steps_by_{by}", {})})
     rows = []
     for split, values in results.items():
-        by_depth = values.get(f"mean_steps_by_{by}", {})
-        cells = [f"{by_depth[str(d)]:.2f}" if str(d) in by_depth else "" for d in depths]
+        by_key = values.get(f"mean_steps_by_{by}", {})
+        cells = [f"{by_key[str(k)]:.2f}" if str(k) in by_key else "" for k in keys]
         rows.append([split, f"{values['mean_steps']:.2f}", *cells])
-    return markdown_table(rows, ["split", "mean steps", *(f"{by} {d}" for d in depths)])
+    return markdown_table(rows, ["split", "mean steps", *(f"{by} {k}" for k in keys)])
 
 
 def first_token_accuracy(depth_accuracy, first_tokens: list[str], predictions, references, depths) -> dict:
@@ -344,10 +347,7 @@ def main(argv: list[str] | None = None) -> dict:
         if steps is not None:
             results[split]["mean_steps"] = float(steps.mean())
             if depths is not None:
-                depth_array = np.asarray(depths)
-                results[split]["mean_steps_by_depth"] = {
-                    str(d): float(steps[depth_array == d].mean()) for d in sorted(set(depth_array.tolist()))
-                }
+                results[split]["mean_steps_by_depth"] = mean_by(steps, depths)
         if args.by_first_token:
             results[split]["by_first_token"] = first_token_accuracy(
                 depth_accuracy, first_tokens[split], predicted.label_ids, dataset["labels"], depths
