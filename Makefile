@@ -101,8 +101,8 @@ compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same 
 	    --results_dir docs/results $(if $(MINUTES),--minutes $(MINUTES)) -- $(TOKEN_ARGS)
 
 # what CI runs (.ci/run): the linter, then the test suite
-test: lint ## the linter, then the test suite (what CI runs)
-	$(BIN)/python -m pytest -q
+test: lint ## the linter, then the test suite (what CI runs), naming its 20 slowest tests
+	$(BIN)/python -m pytest -q --durations=20
 
 test-fast: lint ## the linter and the unit tests only (-m "not e2e": no training runs, a few minutes)
 	$(BIN)/python -m pytest -q -m "not slow and not gpu and not official and not e2e"
