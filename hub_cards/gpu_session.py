@@ -16,9 +16,13 @@ On a fresh CUDA machine with no network and the image's python (no virtualenv), 
    release makes the data it did not finish itself (a partial cache file is never read: `datasets` renames each into
    place once complete);
 3. `release`: what `make gpu-release TASK=<task> MINUTES=<its share>` runs (below), first after the data, so that a
-   short time box spends most of itself training the release furthest from its target (ListOps today);
+   short time box spends most of itself training the release furthest from its target (ListOps today). While the
+   data step is still making the data, the release is deferred behind the next step (and again after it), so that
+   the GPU's tests and benchmarks use the minutes the release could not train in; it starts once the data is ready,
+   with all the time the steps before it left (`deferred_behind` in its record names the steps that ran first);
 4. `tests`: the CUDA tests and the Triton kernels' tests (`pytest -m "gpu or triton"`, what `make test-gpu` runs),
-   kept as JUnit XML and as text (one line per test, so that a stopped run still says how far it got);
+   kept as JUnit XML and as text (one line per test, so that a stopped run still says how far it got), and each
+   failure's traceback in `tests/failures.txt` as it happens (a stopped run prints no summary);
 5. `attention`: `benchmarks/gpu.py`'s attention op (geometric attention against SDPA, bf16, N = 200, 50, 512);
 6. `training_step`: `benchmarks/gpu.py`'s training step of the GPU presets, eager against `torch.compile`.
 
@@ -95,11 +99,13 @@ BACKGROUND = ("data",)
 # which trains first, then 20% to the tests and 5% and 5% to the benchmarks); the last step gets whatever is left
 SHARES = {"install": 0.05, "release": 0.65, "tests": 0.2, "attention": 0.05, "training_step": 0.05}
 # the release (or the end of a command without it) waits for a data step still running at most this share of the time
-# left, then stops it: by then the step has had the tests' and the benchmarks' time beside them, so one still running
-# is more likely hung (a blocking pyarrow/fsspec mismatch) than slow, and the release makes the data the step did not
-# finish itself, reading what it did finish (`datasets` renames a cache file into place only once it is complete);
-# waiting longer would take every second of it from the release's training, the session's one result that needs a GPU
-DATA_WAIT_SHARE = 0.25
+# left, then stops it: by then the step has had the tests' and the benchmarks' time beside it (the release is deferred
+# behind them while the data is being made), so one still running is more likely hung (a blocking pyarrow/fsspec
+# mismatch) than slow, and the release makes the data the step did not finish itself, reading what it did finish
+# (`datasets` renames a cache file into place only once it is complete). Stopping a slow step costs more than waiting
+# for it: the release starts that split again (2026-11-27, an H100 machine: ListOps' data took 186 s, a wait of a
+# quarter of the time left stopped it at 126 s, and the release spent 186 s making it again and had none left to train)
+DATA_WAIT_SHARE = 0.5
 MIN_STEP_SECONDS = 5  # a step that would get less is skipped
 RELEASE_EVALUATION_SECONDS = 120  # kept from the release's training minutes for its evaluation and export
 DRY_RUN_RELEASE_MINUTES = 0.2
@@ -247,7 +253,9 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
     commands = dict(install=install, data=data, tests=tests, attention=attention, training_step=training_step,
                     release=release)  # fmt: skip
     cache = {"HF_DATASETS_CACHE": args.datasets_cache}  # the data step writes there what the release reads
-    envs = {"data": {**cache, "CUDA_VISIBLE_DEVICES": ""}, "release": cache}
+    # each failed test's traceback as it happens (tests/conftest.py): a stopped run prints no summary
+    failures = {"NDR_TEST_FAILURES_LOG": os.path.join(work, "tests", "failures.txt")}
+    envs = {"data": {**cache, "CUDA_VISIBLE_DEVICES": ""}, "release": cache, "tests": failures}
     return [Step(name, commands[name], notes[name], envs.get(name, {})) for name in args.steps]
 
 
@@ -339,12 +347,24 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
                                     f"left): stopped, so that {then}")  # fmt: skip
         keep(step, result)
 
-    for index, step in enumerate(steps):
+    def data_running() -> bool:
+        popen = background[1].process.process if background else None
+        return popen is not None and popen.poll() is None
+
+    pending = list(steps)
+    while pending:
+        step = pending.pop(0)
+        if step.name == "release" and pending and data_running():
+            # the data is still being made (ListOps' 1M rows take minutes of the CPU): the next step (the GPU's tests,
+            # a benchmark) runs beside it first, and the release after it
+            step.note.setdefault("deferred_behind", []).append(pending[0].name)
+            pending.insert(1, step)
+            step = pending.pop(0)
         if step.name == "release" and background:  # the release reads what the data step writes: wait for it
             finish_background("the release trains; it makes the data the step did not finish itself")
             background = None
             save(record, work, out, release_dir, budget)
-        shares_left = sum(SHARES.get(later.name, 0.0) for later in steps[index:])
+        shares_left = sum(SHARES.get(later.name, 0.0) for later in [step, *pending])
         # a step beside the others may take all the time left; each other step its share
         limit = budget.left() if step.name in BACKGROUND else budget.limit(SHARES[step.name], shares_left)
         result = dict(name=step.name, status="skipped", seconds=0.0, limit_seconds=round(limit, 1))
@@ -365,7 +385,7 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
         keep(step, result)
         if step.name == "release" and step.note.get("folder"):
             release_dir = step.note["folder"]
-        if step is not steps[-1]:  # (the last step's results are packed once, below)
+        if pending:  # (the last step's results are packed once, below)
             save(record, work, out, release_dir, budget)
     if background:  # a command without the release: the data is kept for the next command on this machine
         finish_background("the command ends; the next release makes the data the step did not finish itself")

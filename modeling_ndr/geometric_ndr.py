@@ -335,6 +335,30 @@ def uses_triton_kernel(tensor: torch.Tensor, kernel: str = "triton") -> bool:
     return tensor.device.type == triton_kernel_device_type()
 
 
+def _autocast_device_types() -> frozenset[str]:
+    names = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "maia", "xla", torch._C._get_privateuse1_backend_name())
+    types = set()
+    for device_type in names:
+        try:
+            if torch.amp.is_autocast_available(device_type):
+                types.add(device_type)
+        except (RuntimeError, ValueError):  # a device type this build does not know
+            pass
+    return frozenset(types)
+
+
+# The device types with autocast, read once: `torch.amp.is_autocast_available` is a C builtin that torch.compile
+# (torch 2.11 on an H100, 2026-11-27) cannot trace, so calling it in the forward broke the compiled graph there.
+_AUTOCAST_DEVICE_TYPES = _autocast_device_types()
+
+
+def _has_autocast(device_type: str) -> bool:
+    """Whether `device_type` has autocast (a constant set while compiling; asked of torch for another type)."""
+    if device_type in _AUTOCAST_DEVICE_TYPES:
+        return True
+    return not torch.compiler.is_compiling() and torch.amp.is_autocast_available(device_type)
+
+
 def geometric_attention_weights(
     logits: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
@@ -375,7 +399,7 @@ def geometric_attention_weights(
     dtype = torch.promote_types(logits.dtype, torch.float32)
     device_type = logits.device.type
     autocast_off = contextlib.nullcontext()  # devices without autocast (meta) compute in the given dtype anyway
-    if torch.amp.is_autocast_available(device_type):
+    if _has_autocast(device_type):
         autocast_off = torch.autocast(device_type, enabled=False)
     with autocast_off:
         if uses_triton_kernel(logits, kernel):

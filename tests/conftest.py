@@ -75,3 +75,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """With `NDR_TEST_FAILURES_LOG` set (`make gpu-session`'s tests step), each failure's traceback is appended to
+    that file as it happens: a run stopped at its time limit never prints the summary that would hold them."""
+    path = os.environ.get("NDR_TEST_FAILURES_LOG")
+    if path and report.failed:
+        with open(path, "a") as f:
+            f.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")

@@ -296,3 +296,19 @@ def test_the_old_name_is_a_deprecated_alias():
     with pytest.warns(FutureWarning, match="geometric_attention_torch"):
         old = geometric.geometric_attention_reference(logits)
     assert torch.equal(old, geometric_attention_torch(logits))
+
+
+def test_under_autocast_the_weights_are_float32_without_asking_torch_at_each_call(monkeypatch):
+    """The device types with autocast are read once (`torch.amp.is_autocast_available` is a builtin that
+    torch.compile could not trace on torch 2.11, which broke the graph on a GPU): a forward does not ask again, and
+    still turns autocast off for the weights."""
+    logits = torch.randn(2, 2, 5, 5)
+
+    def asked(device_type):
+        raise AssertionError(f"asked torch whether {device_type} has autocast during a forward")
+
+    monkeypatch.setattr(torch.amp, "is_autocast_available", asked)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        weights = geometric_attention_weights(logits.to(torch.bfloat16), kernel="auto")
+    assert weights.dtype == torch.float32
+    torch.testing.assert_close(weights, geometric_attention_weights(logits.to(torch.bfloat16).float()))

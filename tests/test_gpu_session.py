@@ -188,9 +188,12 @@ def dry_run(tmp_path_factory, request) -> types.SimpleNamespace:
 
 def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(dry_run):
     record, steps, out, models = dry_run.record, dry_run.steps, dry_run.out, dry_run.models
-    assert [step["name"] for step in record["steps"]] == [
-        "install", "data", "release", "tests", "attention", "training_step"
-    ], "the release trains first, once the data step has made its data; the tests and benchmarks after it"  # fmt: skip
+    names = [step["name"] for step in record["steps"]]
+    deferred = steps["release"].get("deferred_behind", [])  # steps that ran while the data was being made
+    after = [name for name in ("tests", "attention", "training_step") if name not in deferred]
+    assert names == ["install", *deferred, "data", "release", *after], (
+        "the release trains first once its data is made; the tests and benchmarks beside the data or after it"
+    )
     assert [step["status"] for step in record["steps"]] == ["passed"] * 6, dry_run.output[-4000:]
     assert steps["install"]["installed"] == ["ndr_session_probe-0.1-py3-none-any.whl"]
     assert steps["install"]["already_installed"] == [dry_run.present.name]
@@ -322,6 +325,46 @@ def test_the_release_waits_for_the_data_step_that_runs_beside_the_steps_before_i
         f"the release started once the data was ready: {record['steps']}"
     )
     assert seen.read_text() == "False", "the tests ran while the data step was still preparing"
+
+
+def test_while_the_data_is_being_made_the_tests_run_first_and_the_release_after_them(tmp_path, monkeypatch):
+    """On a fresh machine ListOps' data takes minutes of the CPU (186 s on an H100 machine, 2026-11-27): the release,
+    which cannot train before it, is deferred behind the GPU's tests, and starts once the data is ready."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    models, ready, seen = tmp_path / "models", tmp_path / "data-ready", tmp_path / "seen-by-tests"
+    write_release(models, "listops", 0.2)
+    exists = f"__import__('os').path.exists({str(ready)!r})"
+    order = tmp_path / "order"
+    mark = f"open({str(order)!r}, 'a').write('{{}} ')"
+    tests = f"{mark.format('tests')}; open({str(seen)!r}, 'w').write(str({exists}))"
+    fakes = {
+        "data": lambda argv: fake_data_step(ready),
+        "tests": lambda argv: [sys.executable, "-c", tests],
+        "release": lambda argv: [sys.executable, "-c", f"{mark.format('release')}; raise SystemExit(not {exists})"],
+    }
+    args = session_args(tmp_path, ["install", "data", "release", "tests"], minutes=1, task="listops", dry_run=True,
+                        release_args=f"--models_dir {models}")  # fmt: skip
+    record = session.run_session(args, fakes)
+    steps = {step["name"]: step for step in record["steps"]}
+    assert order.read_text().split() == ["tests", "release"], "the tests ran beside the data, the release after them"
+    assert seen.read_text() == "False", "the tests ran while the data step was still preparing"
+    assert steps["release"]["status"] == "passed" and steps["release"]["deferred_behind"] == ["tests"], steps
+    assert steps["data"]["status"] == "passed", "the data step was waited for, not stopped"
+
+
+def test_a_failed_tests_traceback_is_written_as_it_happens_when_asked(tmp_path, monkeypatch):
+    import conftest
+
+    report = types.SimpleNamespace(failed=True, nodeid="tests/test_gpu.py::test_x[none]", when="call",
+                                   longreprtext="AssertionError: CUDA syncs in one step: ['copy']")  # fmt: skip
+    monkeypatch.delenv("NDR_TEST_FAILURES_LOG", raising=False)
+    conftest.pytest_runtest_logreport(report)  # not asked: nothing written anywhere
+    log = tmp_path / "failures.txt"
+    monkeypatch.setenv("NDR_TEST_FAILURES_LOG", str(log))
+    conftest.pytest_runtest_logreport(types.SimpleNamespace(**{**vars(report), "failed": False}))
+    assert not log.exists(), "a passed test writes nothing"
+    conftest.pytest_runtest_logreport(report)
+    assert "test_x[none] (call)" in log.read_text() and "CUDA syncs in one step" in log.read_text()
 
 
 def test_a_command_without_the_release_waits_for_the_data_step_at_its_end(tmp_path, monkeypatch):
