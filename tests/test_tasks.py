@@ -293,3 +293,32 @@ def test_default_sizes_are_the_papers(monkeypatch):
             f"{task}: the paper's split sizes by default"
         )
     assert requested["train"] == dict.fromkeys(range(1, 6), 200_000), "ListOps train: 200K per depth 1-5"
+
+
+def test_a_large_split_drawn_in_parallel_processes_is_the_split_drawn_in_one(monkeypatch):
+    """Large splits draw their depths in parallel processes (ListOps' 1M rows took 100 s of one core): each depth's
+    stream is independent, so the rows and their order are the same as one process draws."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from modeling_ndr.tasks import generation
+
+    pools = []
+
+    class Recorded(ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            pools.append(kwargs["max_workers"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "ProcessPoolExecutor", Recorded)
+    monkeypatch.setattr(generation, "PARALLEL_MIN_ROWS", 1)
+    plan = generation._split_plans("listops", 3_000, 100)["train"]
+    kwargs = dict(task="listops", seed=3, split="train", **plan, direction="", max_tokens=0, generator_version=0)
+    monkeypatch.setenv("NDR_DATA_PROCESSES", "1")
+    alone = list(generation._generate_split(**kwargs))
+    assert pools == [] and len(alone) == 3_000
+    monkeypatch.setenv("NDR_DATA_PROCESSES", "2")
+    assert list(generation._generate_split(**kwargs)) == alone, "the same rows in the same order"
+    assert pools == [2], "drawn by two processes"
+    monkeypatch.setenv("NDR_DATA_PROCESSES", "0")
+    with pytest.raises(ValueError, match="NDR_DATA_PROCESSES='0'"):
+        list(generation._generate_split(**kwargs))

@@ -12,8 +12,11 @@
 """
 
 import math
+import multiprocessing
+import os
 import random
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import datasets
@@ -161,6 +164,35 @@ def _depth_stream(task: str, seed: int, family: str, depth: int, p: float, max_d
         yield draw
 
 
+# Splits of at least this many rows draw their depths in parallel processes (`data_processes`).
+PARALLEL_MIN_ROWS = 200_000
+
+
+def data_processes() -> int:
+    """How many processes draw a large split's depths: `NDR_DATA_PROCESSES` if set (1: none beside this one), else
+    the CPUs this process may use. ListOps' 1M training rows, five depths: 100 s on one core of a GPU machine."""
+    value = os.environ.get("NDR_DATA_PROCESSES")
+    if value is None:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"NDR_DATA_PROCESSES={value!r} is invalid: expected a positive number of processes")
+    return int(value)
+
+
+def _draw_depth(task, seed, family, depth, p, max_depth, skip, count, progress=None) -> list[tuple[str, int, int]]:
+    """`count` rows `(text, label, depth)` of one depth's stream, after its first `skip` (drawn by another split)."""
+    stream = _depth_stream(task, seed, family, depth, p, max_depth)
+    for _ in range(skip):
+        next(stream)
+    rows = []
+    for _ in range(count):
+        text, label = next(stream)
+        rows.append((text, label, depth))
+        if progress is not None:
+            progress.update()
+    return rows
+
+
 def _generate_split(
     task: str,
     seed: int,
@@ -177,20 +209,22 @@ def _generate_split(
     """Rows of one split (the `Dataset.from_generator` function; every argument is part of the cache key)."""
     del max_tokens, generator_version  # only in the cache key, so that changing them regenerates the data
     skip = dict(skips)
-    rows = []
+    jobs = [(task, seed, family, depth, p, max_depth, skip.get(depth, 0), count) for depth, count in counts if count]
     total = sum(count for _, count in counts)
+    workers = min(len(jobs), data_processes()) if total >= PARALLEL_MIN_ROWS else 1
+    rows = []
     # rows are drawn and shuffled before `datasets` sees the first one: show the drawing of large splits
     with tqdm(total=total, desc=f"{task} {split}: drawing samples", unit=" rows", disable=total < 200_000) as bar:
-        for depth, count in counts:
-            if count == 0:
-                continue
-            stream = _depth_stream(task, seed, family, depth, p, max_depth)
-            for _ in range(skip.get(depth, 0)):
-                next(stream)
-            for _ in range(count):
-                text, label = next(stream)
-                rows.append((text, label, depth))
-                bar.update()
+        if workers > 1:  # each depth's stream is independent of the others: the same rows, in the same order
+            spawn = multiprocessing.get_context("spawn")  # (no fork of a process that may hold threads)
+            with ProcessPoolExecutor(max_workers=workers, mp_context=spawn) as pool:
+                for drawn in pool.map(_draw_depth, *zip(*jobs)):
+                    rows += drawn
+                    bar.update(len(drawn))
+        else:
+            for job in jobs:
+                drawn = _draw_depth(*job, progress=bar)
+                rows += drawn
     shuffle(rows, random.Random(derive_seed(seed, task, "shuffle", _SPLIT_CODES[split])))
     for text, label, depth in rows:
         if task == "ctl":
