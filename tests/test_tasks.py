@@ -298,27 +298,26 @@ def test_default_sizes_are_the_papers(monkeypatch):
 def test_a_large_split_drawn_in_parallel_processes_is_the_split_drawn_in_one(monkeypatch):
     """Large splits draw their depths in parallel processes (ListOps' 1M rows took 100 s of one core): each depth's
     stream is independent, so the rows and their order are the same as one process draws."""
-    from concurrent.futures import ProcessPoolExecutor
-
     from modeling_ndr.tasks import generation
 
-    pools = []
-
-    class Recorded(ProcessPoolExecutor):
-        def __init__(self, *args, **kwargs):
-            pools.append(kwargs["max_workers"])
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(generation, "ProcessPoolExecutor", Recorded)
+    drawn_apart, draw = [], generation._draw_in_subprocess
+    monkeypatch.setattr(generation, "_draw_in_subprocess", lambda job: drawn_apart.append(job[3]) or draw(job))
     monkeypatch.setattr(generation, "PARALLEL_MIN_ROWS", 1)
     plan = generation._split_plans("listops", 3_000, 100)["train"]
     kwargs = dict(task="listops", seed=3, split="train", **plan, direction="", max_tokens=0, generator_version=0)
     monkeypatch.setenv("NDR_DATA_PROCESSES", "1")
     alone = list(generation._generate_split(**kwargs))
-    assert pools == [] and len(alone) == 3_000
+    assert drawn_apart == [] and len(alone) == 3_000
     monkeypatch.setenv("NDR_DATA_PROCESSES", "2")
     assert list(generation._generate_split(**kwargs)) == alone, "the same rows in the same order"
-    assert pools == [2], "drawn by two processes"
+    assert sorted(drawn_apart) == [1, 2, 3, 4, 5], "each depth drawn in a process of its own"
     monkeypatch.setenv("NDR_DATA_PROCESSES", "0")
     with pytest.raises(ValueError, match="NDR_DATA_PROCESSES='0'"):
         list(generation._generate_split(**kwargs))
+
+
+def test_a_depth_that_fails_in_its_process_names_the_depth_and_the_error():
+    from modeling_ndr.tasks import generation
+
+    with pytest.raises(RuntimeError, match=r"depth 2 of listops in a subprocess failed .*TypeError"):
+        generation._draw_in_subprocess(("listops", 0, "in_distribution", 2, 0.25, 5, 0, "not a count"))

@@ -12,11 +12,13 @@
 """
 
 import math
-import multiprocessing
 import os
+import pickle
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import datasets
@@ -193,6 +195,29 @@ def _draw_depth(task, seed, family, depth, p, max_depth, skip, count, progress=N
     return rows
 
 
+# The child imports the package's `tasks` only, without the package's `__init__` (torch, transformers: 3 of its 4 s
+# of start-up): a bare `modeling_ndr` module whose path is the package's folder.
+_DRAW_IN_SUBPROCESS = (
+    "import pickle, sys, types; package = types.ModuleType('modeling_ndr'); package.__path__ = [sys.argv[1]]; "
+    "sys.modules['modeling_ndr'] = package; from modeling_ndr.tasks.generation import _draw_depth; "
+    "sys.stdout.buffer.write(pickle.dumps(_draw_depth(*pickle.load(sys.stdin.buffer))))"
+)
+
+
+def _draw_in_subprocess(job: tuple) -> list[tuple[str, int, int]]:
+    """`_draw_depth(*job)` in a fresh interpreter: not `multiprocessing`, whose spawn would run the caller's script
+    again in each child (a script without `if __name__ == "__main__":`) and whose fork copies a process that may hold
+    threads (torch's, the tokenizers')."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _DRAW_IN_SUBPROCESS, package], input=pickle.dumps(job),
+                          capture_output=True)  # fmt: skip
+    if done.returncode != 0:
+        error = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"drawing depth {job[3]} of {job[0]} in a subprocess failed (exit status "
+                           f"{done.returncode}): " + " | ".join(error))  # fmt: skip
+    return pickle.loads(done.stdout)
+
+
 def _generate_split(
     task: str,
     seed: int,
@@ -216,9 +241,11 @@ def _generate_split(
     # rows are drawn and shuffled before `datasets` sees the first one: show the drawing of large splits
     with tqdm(total=total, desc=f"{task} {split}: drawing samples", unit=" rows", disable=total < 200_000) as bar:
         if workers > 1:  # each depth's stream is independent of the others: the same rows, in the same order
-            spawn = multiprocessing.get_context("spawn")  # (no fork of a process that may hold threads)
-            with ProcessPoolExecutor(max_workers=workers, mp_context=spawn) as pool:
-                for drawn in pool.map(_draw_depth, *zip(*jobs)):
+            with ThreadPoolExecutor(max_workers=workers) as pool:  # threads that wait for an interpreter each
+                # the deepest depths first (they take longest: ListOps' depth 5 1.7 times its depth 1)
+                futures = {job: pool.submit(_draw_in_subprocess, job) for job in sorted(jobs, key=lambda j: -j[3])}
+                for job in jobs:
+                    drawn = futures[job].result()
                     rows += drawn
                     bar.update(len(drawn))
         else:
