@@ -204,6 +204,40 @@ def test_bad_sample_shares_are_one_line_naming_the_item(items, message):
     assert resolve_sample_shares(["[SM:1:4=0.2"], tokenizer, train) == [SampleShare(sm, 1, 4, 0.2)]
 
 
+def test_the_sampler_and_the_shares_read_depths_from_arrow_not_row_by_row(monkeypatch):
+    """`dataset["depth"]` is a lazy column that numpy reads row by row (11 s for ListOps' 1M rows, at each of the
+    line's six uses); the shares and the sampler read the Arrow buffers, of a shuffled selection as of a whole set."""
+    from transformers import TrainingArguments
+
+    from modeling_ndr import task_tokenizer
+    from modeling_ndr.training.sampling import (
+        balanced_sampler,
+        depth_values,
+        first_tokens_and_lengths,
+        resolve_sample_shares,
+    )
+
+    tokenizer = task_tokenizer("listops")
+    rows = [tokenizer(text)["input_ids"] for text in ("[SM 1 2 ]", "[MIN 3 [SM 1 2 ] ]", "[MAX 4 5 ]")] * 20
+    whole = Dataset.from_dict({"depth": [1, 2, 1] * 20, "input_ids": rows})
+    train = whole.shuffle(seed=1).select(range(5, 50))
+    assert depth_values(train).tolist() == [row["depth"] for row in train]
+    assert depth_values(whole.remove_columns("depth")) is None
+    from datasets.arrow_dataset import Column
+
+    def row_by_row(self, *args):
+        raise AssertionError("a column was read row by row")
+
+    monkeypatch.setattr(Column, "__iter__", row_by_row)
+    monkeypatch.setattr(Column, "__getitem__", row_by_row)
+    shares = resolve_sample_shares(["[SM:1=0.5", "[MIN:2=0.2"], tokenizer, train)
+    sampler = balanced_sampler(train, TrainingArguments(output_dir="unused", report_to="none", seed=3), True,
+                               False, shares)  # fmt: skip
+    drawn = first_tokens_and_lengths(train)[0][list(sampler)[:400]]
+    sm = tokenizer.convert_tokens_to_ids("[SM")
+    assert abs((drawn == sm).mean() - 0.5) < 0.1, "[SM at depth 1 gets its half of the draws"
+
+
 def test_first_tokens_and_lengths_read_from_arrow_equal_the_rows_read_one_by_one():
     import datasets
 

@@ -37,7 +37,7 @@ def resolve_sample_shares(items, tokenizer, train) -> list["SampleShare"]:
             raise UsageError(f"--sample_shares {share.token}:{share.depth}: the data has no depths (--depth_column)")
     resolved = [dataclasses.replace(share, token=vocabulary[share.token]) for share in shares]
     first_tokens, lengths = first_tokens_and_lengths(train)
-    depths = train["depth"] if "depth" in train.column_names else None
+    depths = depth_values(train)
     for share, group in zip(shares, share_groups(first_tokens, depths, lengths, resolved)):
         if not group.any():
             where = "".join([f" at depth {share.depth}" if share.depth is not None else "",
@@ -64,6 +64,20 @@ def first_tokens_and_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
     second = np.minimum(offsets[:-1] + 1, max(len(values) - 1, 0))
     first_tokens = np.where(lengths > 1, values[second] if len(values) else -1, -1).astype(np.int64)
     return first_tokens, lengths.astype(np.int64)
+
+
+def depth_values(dataset) -> np.ndarray | None:
+    """The `depth` column as a numpy array (None where there is none), read from its Arrow buffers: `dataset["depth"]`
+    is a lazy column that `np.asarray` reads row by row (ListOps' 1M rows: 6-11 s at each use; the line's three
+    `--sample_shares` groups with a depth, checked and then drawn, made a resumed chunk spend about a minute on it
+    before its first step).
+
+    Args:
+        dataset: a `datasets.Dataset` (a selection or shuffle of one included).
+    """
+    if "depth" not in dataset.column_names:
+        return None
+    return dataset.with_format("arrow")["depth"].to_numpy()
 
 
 def depth_weights(depths) -> torch.Tensor:
@@ -266,7 +280,7 @@ def balanced_sampler(dataset, args, balance_depths: bool = True, balance_operato
         A `BalancedSampler` of `len(dataset)` indices per epoch.
     """
     first_tokens, lengths = first_tokens_and_lengths(dataset)
-    depths = dataset["depth"] if "depth" in dataset.column_names else None
+    depths = depth_values(dataset)
     if balance_operators:
         weights = operator_weights(depths, first_tokens, balance_depths)
     elif balance_depths:
