@@ -250,8 +250,7 @@ def _generate_split(
                     bar.update(len(drawn))
         else:
             for job in jobs:
-                drawn = _draw_depth(*job, progress=bar)
-                rows += drawn
+                rows += _draw_depth(*job, progress=bar)
     shuffle(rows, random.Random(derive_seed(seed, task, "shuffle", _SPLIT_CODES[split])))
     for text, label, depth in rows:
         if task == "ctl":

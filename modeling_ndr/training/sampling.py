@@ -68,9 +68,9 @@ def first_tokens_and_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
 
 def depth_values(dataset) -> np.ndarray | None:
     """The `depth` column as a numpy array (None where there is none), read from its Arrow buffers: `dataset["depth"]`
-    is a lazy column that `np.asarray` reads row by row (ListOps' 1M rows: 6-11 s at each use; the line's three
-    `--sample_shares` groups with a depth, checked and then drawn, made a resumed chunk spend about a minute on it
-    before its first step).
+    is a lazy column that `np.asarray` reads row by row (ListOps' 1M rows: 11 s at each use, measured beside a
+    training; the line's three `--sample_shares` groups with a depth, checked and then drawn, made a resumed chunk
+    spend most of a minute on it before its first step).
 
     Args:
         dataset: a `datasets.Dataset` (a selection or shuffle of one included).
