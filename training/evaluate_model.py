@@ -38,7 +38,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoMod
 import modeling_ndr
 from modeling_ndr.metrics import load_token_accuracy
 from modeling_ndr.tables import markdown_table
-from modeling_ndr.tasks import TOKEN_TASK_NAMES, ctl_compositions
+from modeling_ndr.tasks import COUPLED_TASKS, TOKEN_TASK_NAMES, ctl_compositions
 from modeling_ndr.training import (
     EVAL_SPLITS,
     DataArguments,
@@ -106,6 +106,12 @@ def parse_arguments(argv):
     )
     parser.add_argument("--adaptive_threshold", type=float, help="With adaptive steps (default: the config's).")
     parser.add_argument("--trust_remote_code", action="store_true", help="Load the model's own code (no package).")
+    parser.add_argument(
+        "--position_coupling",
+        action="store_true",
+        help="--task copy, reverse or addition: give the model the coupled positions it trained with (train.py "
+        "--position_coupling): a symbol and the blank that answers it share a position.",
+    )
     parser.add_argument(
         "--by_first_token",
         action="store_true",
@@ -192,7 +198,8 @@ def token_splits(args) -> dict[str, datasets.Dataset]:
 def token_results(model, tokenizer, splits: dict, args) -> dict:
     """Sequence and character accuracy of a token classifier per split and length (`train.py`'s form)."""
     token_accuracy = load_token_accuracy()
-    encoded = encode_token_task(datasets.DatasetDict(splits), tokenizer, model.config.label2id)
+    coupling = args.task if args.position_coupling else None  # as the model trained: train.py --position_coupling
+    encoded = encode_token_task(datasets.DatasetDict(splits), tokenizer, model.config.label2id, coupling)
     adaptive_steps = None if args.adaptive_steps is None else args.adaptive_steps == "true"
     results = {}
     for split, dataset in encoded.items():
@@ -313,6 +320,12 @@ def main(argv: list[str] | None = None) -> dict:
     per_token = "NDRForTokenClassification" in (model.config.architectures or [])
     if per_token != (args.task in TOKEN_TASK_NAMES) and args.task:
         raise UsageError(f"--task {args.task}: {args.model} is a {'token' if per_token else 'sequence'} classifier")
+    if args.position_coupling and args.task not in COUPLED_TASKS:
+        raise UsageError(f"--position_coupling is defined for --task {' / '.join(COUPLED_TASKS)}, not "
+                         f"{'--file' if not args.task else args.task}")  # fmt: skip
+    if args.position_coupling and model.config.position_encoding != "absolute":
+        raise UsageError(f"--position_coupling: {args.model} has position_encoding="
+                         f"{model.config.position_encoding}, which reads no position ids")  # fmt: skip
     splits = load_splits(args, per_token)
     if per_token:
         if torch.cuda.is_available():

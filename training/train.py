@@ -40,7 +40,7 @@ import datasets
 import huggingface_hub
 import torch
 import transformers
-from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, set_seed
+from transformers import DataCollatorWithPadding, set_seed
 
 import modeling_ndr
 from modeling_ndr.geometric_ndr import cpu_kernel_available, kernel_mode
@@ -88,7 +88,12 @@ from modeling_ndr.training.locking import lock_output_dir
 from modeling_ndr.training.sampling import resolve_sample_shares
 from modeling_ndr.training.schedules import PonderWeightSchedule
 from modeling_ndr.training.stopping import StopAtAccuracy, parse_stop_at_accuracy
-from modeling_ndr.training.token_labels import encode_token_task, is_token_task, token_metrics_function
+from modeling_ndr.training.token_labels import (
+    DataCollatorForTokenClassificationWithPositions,
+    encode_token_task,
+    is_token_task,
+    token_metrics_function,
+)
 from modeling_ndr.training.trainer import add_first_token_column, first_token_metric_names
 
 
@@ -170,6 +175,11 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     # ---- the model: new, or a checkpoint adapted to the data's words and labels
     set_seed(training_args.seed)
     tokenizer, model = build_tokenizer_and_model(data_args, model_args, label_names, texts, values, per_token)
+    if data_args.position_coupling and model.config.position_encoding != "absolute":
+        raise UsageError(
+            "--position_coupling gives position ids, which only position_encoding=absolute reads; this model has "
+            f"position_encoding={model.config.position_encoding} (--config_overrides position_encoding=absolute)"
+        )
 
     # ---- the data: the task generated (once, then cached), tokenized
     data_started = time.time()
@@ -187,7 +197,11 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         else:
             warn_unknown_words(raw, tokenizer)
         if per_token:  # labels lined up with the tokens, -100 where nothing is scored; each row's length
-            data = encode_token_task(raw, tokenizer, model.config.label2id)
+            data = encode_token_task(
+                raw, tokenizer, model.config.label2id,
+                position_coupling=data_args.task if data_args.position_coupling else None,
+                max_position_offset=data_args.max_position_offset, seed=data_args.task_seed,
+            )  # fmt: skip
         else:
             data = encode(raw, tokenizer, model.config.label2id, sources)
         check_encoded(data, model.config, sources)  # a training step on a GPU checks no input values
@@ -223,7 +237,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         train_dataset=data["train"],
         eval_dataset={split: data[split] for split in eval_splits} or None,
         processing_class=tokenizer,
-        data_collator=DataCollatorForTokenClassification(tokenizer)
+        data_collator=DataCollatorForTokenClassificationWithPositions(tokenizer)
         if per_token
         else DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics,

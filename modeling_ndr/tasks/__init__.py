@@ -84,9 +84,11 @@ from .ctl import CTL_DIRECTIONS, CTL_FUNCTIONS, CTL_SYMBOLS, ctl_compositions, c
 from .generation import load_task, split_depths, split_description
 from .token_generation import encode_token_rows, load_token_task
 from .token_tasks import (
+    COUPLED_TASKS,
     TOKEN_LABEL_NAMES,
     TOKEN_SPLIT_NAMES,
     TOKEN_TASK_NAMES,
+    coupled_positions,
     longest_carry_chain,
     token_split_lengths,
 )
@@ -124,6 +126,8 @@ __all__ = [
     "load_token_task",
     "token_split_lengths",
     "longest_carry_chain",
+    "COUPLED_TASKS",
+    "coupled_positions",
     "encode_token_rows",
     "token_task_label_names",
     "token_task_tokenizer",

@@ -143,6 +143,41 @@ def carry_row(first: str, second: str) -> tuple[list[str], list[str]]:
     return ["00", *(a + b for a, b in zip(first, second))], list(answer)
 
 
+COUPLED_TASKS = ("copy", "reverse", "addition")  # the tasks whose rows `coupled_positions` reads
+
+
+def coupled_positions(task: str, words: list[str]) -> list[int]:
+    """Position ids for a row's words that give the words which belong together one position ("position coupling",
+    Cho et al., 2024): the position a model with `position_encoding="absolute"` reads instead of each word's index.
+
+    - `copy`: the i-th symbol and the i-th blank both get `i` (1, 2, ...); `=` gets `n + 1`.
+    - `reverse`: the i-th symbol gets `i`, the blank that answers it (the (n + 1 - i)-th) gets `i` too; `=`: `n + 1`.
+    - `addition`: every digit gets its place value plus one (the units 1, the tens 2, ...), in both operands and in
+      the answer's blanks (`5 7 + 6 8 = _ _ _` -> `2 1 4 2 1 4 3 2 1`); `+` and `=` get one past the highest place.
+
+    A model that reads these sees the same relation between a blank and the symbol it answers at every length: the
+    relation is "same position", not "n + 1 words to the left". With `[BOS]` before the words (position 0) and
+    `[EOS]` after them (one past the highest), see `modeling_ndr.training.token_labels.encode_token_task`.
+
+    Raises:
+        ValueError: a task other than copy, reverse and addition, or words that are not one of its rows.
+    """
+    if task not in COUPLED_TASKS:
+        raise ValueError(f"position coupling is defined for {', '.join(COUPLED_TASKS)}, not {task!r}")
+    if task in ("copy", "reverse"):
+        n = (len(words) - 1) // 2
+        if len(words) != 2 * n + 1 or words[n] != EQUALS or any(word != BLANK for word in words[n + 1 :]):
+            raise ValueError(f"not a {task} row (symbols, `=`, one blank per symbol): {' '.join(words[:60])!r}")
+        answers = range(1, n + 1) if task == "copy" else range(n, 0, -1)
+        return [*range(1, n + 1), n + 1, *answers]
+    if words.count(PLUS) != 1 or words.count(EQUALS) != 1 or words.index(PLUS) > words.index(EQUALS):
+        raise ValueError(f"not an addition row (digits, `+`, digits, `=`, blanks): {' '.join(words[:60])!r}")
+    plus, equals = words.index(PLUS), words.index(EQUALS)
+    first, second, answer = plus, equals - plus - 1, len(words) - equals - 1
+    top = max(first, second, answer) + 1
+    return [*range(first, 0, -1), top, *range(second, 0, -1), top, *range(answer, 0, -1)]
+
+
 def longest_carry_chain(first: str, second: str) -> int:
     """The most neighbouring positions of `first + second` (equal lengths) that each pass a carry on."""
     carry, run, longest = 0, 0, 0
@@ -240,4 +275,6 @@ __all__ = [
     "carry_row",
     "longest_carry_chain",
     "long_chain_operands",
+    "COUPLED_TASKS",
+    "coupled_positions",
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from ..tasks import TASK_NAMES, TOKEN_TASK_NAMES
+from ..tasks import COUPLED_TASKS, TASK_NAMES, TOKEN_TASK_NAMES
 from .devices import precision_defaults
 from .errors import UsageError
 from .presets import default_preset, read_preset, variant_flags
@@ -99,6 +99,16 @@ class DataArguments:
     depth_column: str | None = field(
         default=None, metadata={"help": "Column of each sample's depth (an integer): accuracy per depth."}
     )
+    position_coupling: bool = field(
+        default=False,
+        metadata={"help": "copy, reverse, addition: give a symbol and the blank that answers it one position (addition: "
+                  "the digits of one place value), for a model with position_encoding=absolute (docs: token tasks)."},
+    )  # fmt: skip
+    max_position_offset: int = field(
+        default=0,
+        metadata={"help": "With --position_coupling: shift each training row's positions by a random offset up to "
+                  "this, so that training shows the positions longer evaluation rows reach."},
+    )  # fmt: skip
 
     @property
     def own_data(self) -> bool:
@@ -349,6 +359,7 @@ def check_data_arguments(data_args: DataArguments, given: set[str], preset: dict
                 f"--{wrong[0]} is for your own data (--train_file, --dataset_name); the {data_args.task} task's "
                 "columns are text, label and depth"
             )
+        check_position_coupling(data_args)
         return
     if wrong := [flag for flag in ("task", *TASK_FLAGS) if flag in given]:
         raise UsageError(
@@ -367,10 +378,24 @@ def check_data_arguments(data_args: DataArguments, given: set[str], preset: dict
             "the training data (training/evaluate_model.py evaluates a trained model on a file)"
         )
     evaluation_files(data_args)  # checks the NAME=FILE forms
+    check_position_coupling(data_args)
     for flag in ("balance_depths", "balance_operators"):
         if getattr(data_args, flag) and not data_args.depth_column:
             origin = f" (set by the preset; pass --{flag} false)" if flag not in given else ""
             raise UsageError(f"--{flag} needs --depth_column, the column of each sample's depth{origin}")
+
+
+def check_position_coupling(data_args: DataArguments) -> None:
+    """`--position_coupling` names a task whose rows it can read; `--max_position_offset` is a count and needs it."""
+    if data_args.max_position_offset < 0:
+        raise UsageError(f"--max_position_offset must be 0 or more, got {data_args.max_position_offset}")
+    if data_args.max_position_offset and not data_args.position_coupling:
+        raise UsageError("--max_position_offset shifts coupled positions: it needs --position_coupling")
+    if data_args.position_coupling and data_args.task not in COUPLED_TASKS:
+        raise UsageError(
+            f"--position_coupling is defined for the tasks {', '.join(COUPLED_TASKS)} (a symbol and its answer's "
+            f"blank share a position), not {'your own data' if data_args.own_data else data_args.task}"
+        )
 
 
 def check_training_steps(training_args: TrainingArguments, data_args: DataArguments, given: set[str], preset: dict):

@@ -54,16 +54,27 @@ def padded_batches(tokenizer, inputs, batch_size: int) -> Iterator[dict[str, tor
         batch_size: samples per batch.
 
     Yields:
-        `{"input_ids", "attention_mask"}`, tensors of shape `(batch, longest)`.
+        `{"input_ids", "attention_mask"}`, tensors of shape `(batch, longest)`; and `position_ids` where the encoded
+        rows have them (a coupled token task: `token_labels.encode_token_task`), padded with 0 on the same side.
     """
     encoded_rows = hasattr(inputs, "column_names")
+    positions = encoded_rows and "position_ids" in inputs.column_names
     if encoded_rows:
-        inputs = inputs.select_columns([name for name in tokenizer.model_input_names if name in inputs.column_names])
+        names = [*tokenizer.model_input_names, *(["position_ids"] if positions else [])]
+        inputs = inputs.select_columns([name for name in names if name in inputs.column_names])
     for start in range(0, len(inputs), batch_size):
         chunk = inputs[start : start + batch_size]
+        row_positions = chunk.pop("position_ids") if positions else None
         # verbose=False: transformers' warning about long inputs speaks of indexing errors, which the NDR does not have
         encoded = chunk if encoded_rows else tokenizer(list(chunk), verbose=False)
-        yield tokenizer.pad(encoded, return_tensors="pt")
+        batch = tokenizer.pad(encoded, return_tensors="pt")
+        if row_positions is not None:
+            width, left = batch["input_ids"].shape[1], tokenizer.padding_side == "left"
+            batch["position_ids"] = torch.tensor([
+                [0] * (width - len(row)) + list(row) if left else list(row) + [0] * (width - len(row))
+                for row in row_positions
+            ])  # fmt: skip
+        yield batch
 
 
 @torch.no_grad()

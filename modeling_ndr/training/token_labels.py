@@ -16,12 +16,16 @@ scored word of a row right: the exact answer, as `accuracy` is for one label per
 of scored words right; both per length (`accuracy_length_<n>`, `character_accuracy_length_<n>`).
 """
 
+import random
+
 import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
+from transformers import DataCollatorForTokenClassification
 
-from ..tasks import encode_token_rows
+from ..tasks import coupled_positions, encode_token_rows
 from .data_files import Source
 from .errors import UsageError
 
@@ -118,7 +122,14 @@ def check_eval_token_labels(data: datasets.DatasetDict, sources: dict, label_nam
                              "it was not trained on")  # fmt: skip
 
 
-def encode_token_task(data: datasets.DatasetDict, tokenizer, label2id: dict) -> datasets.DatasetDict:
+def encode_token_task(
+    data: datasets.DatasetDict,
+    tokenizer,
+    label2id: dict,
+    position_coupling: str | None = None,
+    max_position_offset: int = 0,
+    seed: int = 0,
+) -> datasets.DatasetDict:
     """Tokenize every split and line its labels up with the tokens (`tasks.encode_token_rows`): `input_ids`,
     `attention_mask`, `labels` (ids, -100 at [BOS], [EOS] and unscored words) and `length`: the row's own `length`
     where it has one (a generated task's evaluation length), else its word count.
@@ -127,18 +138,57 @@ def encode_token_task(data: datasets.DatasetDict, tokenizer, label2id: dict) -> 
         data: splits with `text` and `label` (a list per row: `token_columns`; a generated task's `labels`).
         tokenizer: the model's tokenizer.
         label2id: the model's `config.label2id`.
+        position_coupling: a task of `tasks.COUPLED_TASKS`: also a `position_ids` column, the coupled positions of
+            `tasks.coupled_positions` with [BOS] at 0 and [EOS] one past the highest (for a model with
+            `position_encoding="absolute"`).
+        max_position_offset: with `position_coupling`, each row of `train` has its positions shifted by a random
+            offset in `[0, max_position_offset]` (one per row, drawn from `seed` and the row's index: the same on
+            every run), so that training shows the positions that longer evaluation rows reach; the evaluation
+            splits are not shifted.
+        seed: the seed of those offsets.
     """
 
-    def encode_batch(batch):
+    def encode_batch(batch, indices, shifted):
         labels = batch["label"] if "label" in batch else batch["labels"]
         encoded = encode_token_rows({"text": batch["text"], "labels": labels}, tokenizer, label2id)
         lengths = batch["length"] if "length" in batch else [len(text.split()) for text in batch["text"]]
-        return {**encoded, "length": lengths}
+        if position_coupling is None:
+            return {**encoded, "length": lengths}
+        positions = []
+        for row, (index, text) in enumerate(zip(indices, batch["text"])):
+            words = coupled_positions(position_coupling, text.split())
+            offset = int(random.Random(f"{seed}:{index}").random() * (max_position_offset + 1)) if shifted else 0
+            row_positions = [offset + position for position in (0, *words, max(words) + 1)]
+            if len(row_positions) != len(encoded["input_ids"][row]):  # one token per word, between [BOS] and [EOS]
+                raise ValueError(f"row {index}: {len(encoded['input_ids'][row])} tokens for {len(words)} words")
+            positions.append(row_positions)
+        return {**encoded, "length": lengths, "position_ids": positions}
 
     return datasets.DatasetDict({
-        split: dataset.map(encode_batch, batched=True, remove_columns=dataset.column_names)
+        split: dataset.map(
+            encode_batch, batched=True, with_indices=True, remove_columns=dataset.column_names,
+            fn_kwargs={"shifted": split == "train" and max_position_offset > 0},
+        )
         for split, dataset in data.items()
     })  # fmt: skip
+
+
+class DataCollatorForTokenClassificationWithPositions(DataCollatorForTokenClassification):
+    """transformers' `DataCollatorForTokenClassification` that also pads a `position_ids` column (with 0, on the
+    tokenizer's padding side; the padding is masked), as `encode_token_task(position_coupling=...)` writes it."""
+
+    def torch_call(self, features):
+        if "position_ids" not in features[0]:
+            return super().torch_call(features)
+        features = [dict(feature) for feature in features]
+        positions = [list(feature.pop("position_ids")) for feature in features]
+        batch = super().torch_call(features)
+        length = batch["input_ids"].shape[1]
+        left = self.tokenizer.padding_side == "left"
+        batch["position_ids"] = torch.tensor([
+            [0] * (length - len(row)) + row if left else row + [0] * (length - len(row)) for row in positions
+        ])  # fmt: skip
+        return batch
 
 
 def token_metrics_function(token_accuracy):

@@ -1,0 +1,222 @@
+"""Position coupling for the token tasks (`--position_coupling`): the positions each row's words get, the model's
+`position_ids` (read by `position_encoding="absolute"` only, refused elsewhere with the field named), the encoded
+column with its training offsets, its padding in a batch, and a run of `train.py` that hands the ids to the model."""
+
+import functools
+import json
+
+import pytest
+import torch
+from scripts import load_script
+from tiny import random_ids, tiny_config
+
+import modeling_ndr
+from modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification, NDRModel
+from modeling_ndr.tasks import coupled_positions, load_token_task, token_task_label_names, token_task_tokenizer
+from modeling_ndr.tasks.token_tasks import addition_row, string_row
+from modeling_ndr.training import UsageError
+from modeling_ndr.training.token_labels import DataCollatorForTokenClassificationWithPositions, encode_token_task
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The positions of a row's words
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_copy_and_reverse_give_a_symbol_and_the_blank_that_answers_it_one_position():
+    for task in ("copy", "reverse"):
+        words, labels = string_row(task, list("3141"))
+        positions = coupled_positions(task, words)
+        assert len(positions) == len(words), "one position per word"
+        assert positions[4] == 5, "`=` one past the symbols"
+        for blank in range(5, 9):  # each blank shares its position with the symbol it answers, and only with it
+            partners = [i for i in range(4) if positions[i] == positions[blank]]
+            assert len(partners) == 1 and words[partners[0]] == labels[blank], f"{task}: blank {blank}"
+    assert coupled_positions("reverse", string_row("reverse", list("314"))[0]) == [1, 2, 3, 4, 3, 2, 1]
+
+
+def test_addition_gives_the_digits_of_one_place_value_one_position():
+    words, labels = addition_row("5", "168")  # 5 + 168 = 0173
+    positions = coupled_positions("addition", words)
+    assert positions == [1, 5, 3, 2, 1, 5, 4, 3, 2, 1], "units 1, tens 2, ...; `+` and `=` one past the highest"
+    places = {position: [w for w, p in zip(words, positions) if p == position] for position in (1, 2, 3)}
+    assert places == {1: ["5", "8", "_"], 2: ["6", "_"], 3: ["1", "_"]}, "each place's digits and its answer blank"
+
+
+@pytest.mark.parametrize(
+    ("task", "words", "message"),
+    [
+        ("carry", ["00", "56"], "defined for copy, reverse, addition, not 'carry'"),
+        ("copy", ["3", "1", "=", "_"], "not a copy row"),
+        ("reverse", ["3", "=", "3"], "not a reverse row"),
+        ("addition", ["5", "=", "7", "+", "_"], "not an addition row"),
+    ],
+)
+def test_a_row_the_coupling_cannot_read_is_one_error_naming_it(task, words, message):
+    with pytest.raises(ValueError, match=message):
+        coupled_positions(task, words)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The model's position_ids
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_class", [NDRModel, NDRForSequenceClassification, NDRForTokenClassification])
+def test_position_ids_move_the_absolute_encodings_and_default_to_the_token_index(model_class):
+    torch.manual_seed(0)
+    model = model_class(tiny_config(position_encoding="absolute")).eval()
+    ids, mask = random_ids(2, 7, seed=1), torch.ones(2, 7, dtype=torch.long)
+    mask[1, :2] = 0  # left padding: the default counts the real tokens only
+
+    def output(**kwargs):
+        result = model(ids, attention_mask=mask, **kwargs)
+        return result.last_hidden_state if model_class is NDRModel else result.logits
+
+    counted = (mask.cumsum(-1) - 1).clamp(min=0)
+    torch.testing.assert_close(output(), output(position_ids=counted)), "the default is each real token's index"
+    shared = torch.tensor([[0, 1, 2, 3, 1, 2, 4]] * 2)
+    assert not torch.allclose(output(), output(position_ids=shared)), "other positions, other outputs"
+
+
+def test_position_ids_are_refused_by_a_model_without_absolute_positions_and_checked_otherwise():
+    ids = random_ids(2, 5, seed=2)
+    positions = torch.arange(5).expand(2, 5)
+    for encoding in ("direction", "relative", "gated", "none"):
+        model = NDRForTokenClassification(tiny_config(position_encoding=encoding)).eval()
+        with pytest.raises(ValueError, match=f"position_encoding='{encoding}', which has no position ids"):
+            model(ids, position_ids=positions)
+    model = NDRForTokenClassification(tiny_config(position_encoding="absolute")).eval()
+    with pytest.raises(ValueError, match=r"position_ids must have shape \(batch, seq\) = \(2, 5\)"):
+        model(ids, position_ids=positions[:, :4])
+    with pytest.raises(ValueError, match="position_ids must be integers"):
+        model(ids, position_ids=positions.float())
+    with pytest.raises(ValueError, match=r"position_ids must not be negative; found \[-3\]"):
+        model(ids, position_ids=positions - 4 * (positions == 1))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The encoded column, its offsets and its padding
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def copy_rows(tmp_path_factory):
+    return load_token_task("copy", seed=0, n_train=200, n_eval=4, cache_dir=str(tmp_path_factory.mktemp("cache")))
+
+
+def encoded(rows, offset: int, seed: int = 0):
+    label2id = {name: i for i, name in enumerate(token_task_label_names("copy"))}
+    return encode_token_task(
+        rows, token_task_tokenizer("copy"), label2id, position_coupling="copy", max_position_offset=offset, seed=seed
+    )
+
+
+def test_encoded_rows_get_the_coupled_positions_between_bos_and_eos(copy_rows):
+    data = encoded(copy_rows, offset=0)
+    for split in ("train", "test_40"):
+        for text, row in zip(copy_rows[split]["text"][:4], data[split].select(range(4))):
+            words = coupled_positions("copy", text.split())
+            assert row["position_ids"] == [0, *words, max(words) + 1], f"{split}: [BOS] 0, the words, [EOS] after"
+            assert len(row["position_ids"]) == len(row["input_ids"]), "one position per token"
+
+
+def test_training_rows_are_shifted_by_a_seeded_offset_and_evaluation_rows_are_not(copy_rows):
+    plain, shifted, again, other = (encoded(copy_rows, offset, seed) for offset, seed in
+                                    ((0, 0), (300, 0), (300, 0), (300, 1)))  # fmt: skip
+    offsets = [s[0] - p[0] for s, p in zip(shifted["train"]["position_ids"], plain["train"]["position_ids"])]
+    assert all(
+        [a - b for a, b in zip(s, p)] == [offset] * len(p)
+        for s, p, offset in zip(shifted["train"]["position_ids"], plain["train"]["position_ids"], offsets)
+    ), "a row's positions move together"
+    assert min(offsets) >= 0 and max(offsets) <= 300 and len(set(offsets)) > 50, "offsets spread over [0, 300]"
+    assert again["train"]["position_ids"] == shifted["train"]["position_ids"], "the same seed, the same offsets"
+    assert other["train"]["position_ids"] != shifted["train"]["position_ids"], "another seed, other offsets"
+    assert shifted["test_400"]["position_ids"] == plain["test_400"]["position_ids"], "evaluation rows unshifted"
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_the_collator_pads_position_ids_on_the_tokenizer_s_side(copy_rows, side):
+    data = encoded(copy_rows, offset=0)["test_40"].remove_columns("length")
+    tokenizer = token_task_tokenizer("copy")
+    tokenizer.padding_side = side
+    features = [data[0], {key: value[:9] for key, value in data[1].items()}]  # a short row beside a long one
+    batch = DataCollatorForTokenClassificationWithPositions(tokenizer)(features)
+    short, width = batch["position_ids"][1], batch["input_ids"].shape[1]
+    assert batch["position_ids"].shape == batch["input_ids"].shape
+    real = short[:9] if side == "right" else short[width - 9 :]
+    assert real.tolist() == data[1]["position_ids"][:9], "the row's own positions where its tokens are"
+    assert (batch["attention_mask"][1] == (torch.arange(width) < 9 if side == "right" else
+                                           torch.arange(width) >= width - 9)).all()  # fmt: skip
+    plain = DataCollatorForTokenClassificationWithPositions(tokenizer)([{k: v for k, v in f.items()
+                                                                         if k != "position_ids"} for f in features])
+    assert "position_ids" not in plain, "without the column, the plain collator's batch"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# train.py
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def train(argv: list[str]) -> dict:
+    return load_script("training/train.py", "ndr_train_coupled").main(argv)
+
+
+TINY_COPY = ["--task", "copy", "--n_train", "300", "--n_eval", "4", "--hidden_size", "32", "--intermediate_size",
+             "64", "--num_hidden_layers", "3", "--per_device_train_batch_size", "16", "--max_steps", "3",
+             "--eval_steps", "3", "--save_steps", "3", "--disable_tqdm", "true", "--report_to", "none"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--task", "carry", "--position_coupling"], "--position_coupling is defined for the tasks copy, reverse"),
+        (["--task", "copy", "--max_position_offset", "40"], "--max_position_offset .* needs --position_coupling"),
+        (["--task", "copy", "--position_coupling", "--max_position_offset", "-1"], "must be 0 or more, got -1"),
+        (["--task", "copy", "--position_coupling"], "only position_encoding=absolute reads; this model has "
+                                                    "position_encoding=direction"),
+    ],
+)
+def test_train_refuses_a_coupling_it_cannot_use_in_one_line(tmp_path, flags, message):
+    with pytest.raises(UsageError, match=message):
+        train([*TINY_COPY, *flags, "--output_dir", str(tmp_path / "run")])
+
+
+def test_a_coupled_run_hands_the_positions_to_the_model_in_training_and_evaluation(tmp_path, monkeypatch):
+    seen = []
+    forward = modeling_ndr.NDRForTokenClassification.forward
+
+    @functools.wraps(forward)
+    def recording(self, *args, position_ids=None, **kwargs):
+        seen.append((self.training, None if position_ids is None else int(position_ids.max())))
+        return forward(self, *args, position_ids=position_ids, **kwargs)
+
+    monkeypatch.setattr(modeling_ndr.NDRForTokenClassification, "forward", recording)
+    results = train([*TINY_COPY, "--config_overrides", "position_encoding=absolute", "--position_coupling",
+                     "--max_position_offset", "500", "--output_dir", str(tmp_path / "run")])  # fmt: skip
+    assert set(results) == {"test_40", "test_100", "test_200", "test_400"}, "trained and evaluated at every length"
+    training = [top for is_training, top in seen if is_training]
+    evaluation = [top for is_training, top in seen if not is_training]
+    assert training and all(top is not None for top in training), "every training batch carries position_ids"
+    assert max(training) > 42, "training positions shifted past the 42 of a 40-symbol row"
+    assert evaluation and all(top is not None for top in evaluation), "every evaluation batch carries them"
+    assert max(evaluation) == 402, "test_400 unshifted: [BOS] 0, symbols 1-400, `=` 401, [EOS] 402"
+
+
+def test_evaluate_model_gives_a_coupled_model_its_positions_and_refuses_them_elsewhere(tmp_path, capsys):
+    train([*TINY_COPY, "--config_overrides", "position_encoding=absolute", "--position_coupling",
+           "--output_dir", str(tmp_path / "run")])  # fmt: skip
+    evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_coupled")
+    export = str(tmp_path / "run" / "export")
+    common = [export, "--task", "copy", "--split", "test_40", "--n_eval", "4"]
+    coupled = evaluate_model.main([*common, "--position_coupling"])
+    as_trained = json.loads((tmp_path / "run" / "test_40_results.json").read_text())
+    assert coupled["test_40"]["character_accuracy"] == pytest.approx(as_trained["test_40_character_accuracy"]), (
+        "with the coupled positions the model scores what Trainer measured"
+    )
+    with pytest.raises(UsageError, match="--position_coupling is defined for --task copy / reverse / addition, not carry"):
+        evaluate_model.main([export, "--task", "carry", "--position_coupling"])
+    direction = tmp_path / "direction"
+    train([*TINY_COPY, "--output_dir", str(direction)])
+    with pytest.raises(UsageError, match="has position_encoding=direction, which reads no position ids"):
+        evaluate_model.main([str(direction / "export"), *common[1:], "--position_coupling"])
