@@ -40,8 +40,10 @@ from .attention_ndr import (
     NDRMetricAttention,
     concatenated_linear,
     linear,
-    position_ids as default_positions,
     sinusoidal_encoding,
+)
+from .attention_ndr import (
+    position_ids as default_positions,
 )
 from .configuration_ndr import NDRConfig, as_python_scalar
 from .dropout_ndr import NDRDropout
@@ -419,7 +421,8 @@ def check_inputs(input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
 
 
 def check_position_ids(position_ids: torch.Tensor | None, batch: int, seq: int, config: NDRConfig) -> None:
-    """`position_ids` (shapes only): one integer per token, and a model whose positions they can be."""
+    """`position_ids` (shape and dtype; no values, so no host sync): one integer per token, or one row for the whole
+    batch (`(1, seq)`), and a model that reads them. Any integer is a position (the encodings are sinusoids)."""
     if position_ids is None:
         return
     if config.position_encoding != "absolute":
@@ -427,9 +430,9 @@ def check_position_ids(position_ids: torch.Tensor | None, batch: int, seq: int, 
             f"position_ids are read only by position_encoding='absolute' (sinusoidal encodings added to the "
             f"embeddings); this model has position_encoding={config.position_encoding!r}, which has no position ids."
         )
-    if tuple(position_ids.shape) != (batch, seq):
+    if position_ids.dim() != 2 or position_ids.shape[1] != seq or position_ids.shape[0] not in (1, batch):
         raise ValueError(
-            f"position_ids must have shape (batch, seq) = {(batch, seq)} like the inputs, got "
+            f"position_ids must have shape (batch, seq) = {(batch, seq)} like the inputs (or (1, {seq})), got "
             f"{tuple(position_ids.shape)}."
         )
     if position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
@@ -442,10 +445,9 @@ def check_input_values(
     config: NDRConfig | None = None,
     need_a_token: bool = False,
     token_labels: bool = False,
-    position_ids: torch.Tensor | None = None,
 ) -> None:
     """The checks that read tensor values: `attention_mask` holds only 0 and 1 (a bool mask needs no check) and, with
-    `need_a_token`, no row without a token; `position_ids` are not negative; single-label `labels` (and `token_labels`, -100 aside) are class ids of
+    `need_a_token`, no row without a token; single-label `labels` (and `token_labels`, -100 aside) are class ids of
     `config`. All of them together cost
     one host sync (on CUDA the CPU waits for the queued work), so `forward` runs them once, and only where
     `may_read_values` allows it; under `torch.compile` they are skipped."""
@@ -459,8 +461,6 @@ def check_input_values(
         bad.append(((attention_mask != 0) & (attention_mask != 1)).any())
     if attention_mask is not None and need_a_token:
         bad.append((attention_mask == 0).all(dim=-1).any())
-    if position_ids is not None:
-        bad.append((position_ids < 0).any())
     if single_label:
         bad.append(((labels < 0) | (labels >= config.num_labels)).any())
     if not bad or not torch.stack(bad).any():  # the one host sync
@@ -474,9 +474,6 @@ def check_input_values(
         rows = (attention_mask == 0).all(dim=-1).nonzero().flatten().tolist()[:8]
         if rows:
             raise ValueError(f"attention_mask rows {rows} hold no token: there is no column to classify from.")
-    if position_ids is not None and (position_ids < 0).any():
-        values = sorted(set(position_ids[position_ids < 0].tolist()))[:5]
-        raise ValueError(f"position_ids must not be negative; found {values}.")
     values = sorted(set(labels[(labels < 0) | (labels >= config.num_labels)].tolist()))[:8]
     raise ValueError(
         f"labels {values} are out of range: this model has num_labels={config.num_labels} (ids 0 to "
@@ -529,7 +526,7 @@ NDR_FORWARD_ARGS = r"""
         training.
     output_gates (`bool`, *optional*):
         Whether to return every step's copy gates (1 = take the update, 0 = copy); defaults to `config.output_gates`.
-    position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+    position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)` or `(1, sequence_length)`, *optional*):
         The position of each token in the sinusoidal encodings of `position_encoding="absolute"` (the only encoding
         that reads them); defaults to each token's index among the real tokens. Tokens may share a position: giving
         the tokens that belong together one position ("position coupling", e.g. the i-th input symbol and the i-th
@@ -579,7 +576,7 @@ class NDRModel(NDRPreTrainedModel):
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
         check_position_ids(position_ids, batch, seq, self.config)
         if may_read_values(self.training, (input_ids if input_ids is not None else inputs_embeds).device):
-            check_input_values(attention_mask, position_ids=position_ids)
+            check_input_values(attention_mask)
         config = self.config
         adaptive = config.adaptive_steps if adaptive_steps is None else bool(adaptive_steps)
         adaptive = adaptive and not self.training
@@ -590,8 +587,10 @@ class NDRModel(NDRPreTrainedModel):
 
         hidden_states = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, d)
         if config.position_encoding == "absolute":
-            positions = position_ids if position_ids is not None else default_positions(
-                attention_mask, batch, seq, hidden_states.device
+            positions = (
+                position_ids
+                if position_ids is not None
+                else default_positions(attention_mask, batch, seq, hidden_states.device)
             )
             hidden_states = hidden_states + sinusoidal_encoding(positions, config.hidden_size).to(hidden_states.dtype)
         hidden_states = self.embedding_dropout(hidden_states)

@@ -50,6 +50,8 @@ def test_addition_gives_the_digits_of_one_place_value_one_position():
         ("copy", ["3", "1", "=", "_"], "not a copy row"),
         ("reverse", ["3", "=", "3"], "not a reverse row"),
         ("addition", ["5", "=", "7", "+", "_"], "not an addition row"),
+        ("addition", ["5", "+", "x", "=", "_", "_"], "not an addition row"),
+        ("copy", ["=", "1", "=", "_", "_"], "not a copy row"),
     ],
 )
 def test_a_row_the_coupling_cannot_read_is_one_error_naming_it(task, words, message):
@@ -79,7 +81,7 @@ def test_position_ids_move_the_absolute_encodings_and_default_to_the_token_index
     assert not torch.allclose(output(), output(position_ids=shared)), "other positions, other outputs"
 
 
-def test_position_ids_are_refused_by_a_model_without_absolute_positions_and_checked_otherwise():
+def test_position_ids_are_refused_by_a_model_without_absolute_positions_and_their_shape_checked():
     ids = random_ids(2, 5, seed=2)
     positions = torch.arange(5).expand(2, 5)
     for encoding in ("direction", "relative", "gated", "none"):
@@ -91,8 +93,11 @@ def test_position_ids_are_refused_by_a_model_without_absolute_positions_and_chec
         model(ids, position_ids=positions[:, :4])
     with pytest.raises(ValueError, match="position_ids must be integers"):
         model(ids, position_ids=positions.float())
-    with pytest.raises(ValueError, match=r"position_ids must not be negative; found \[-3\]"):
-        model(ids, position_ids=positions - 4 * (positions == 1))
+    one_row = model(ids, position_ids=torch.tensor([[0, 1, 1, 2, 3]])).logits
+    (
+        torch.testing.assert_close(one_row, model(ids, position_ids=torch.tensor([[0, 1, 1, 2, 3]] * 2)).logits),
+        ("one row of positions (1, seq) serves the whole batch"),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -148,8 +153,9 @@ def test_the_collator_pads_position_ids_on_the_tokenizer_s_side(copy_rows, side)
     assert real.tolist() == data[1]["position_ids"][:9], "the row's own positions where its tokens are"
     assert (batch["attention_mask"][1] == (torch.arange(width) < 9 if side == "right" else
                                            torch.arange(width) >= width - 9)).all()  # fmt: skip
-    plain = DataCollatorForTokenClassificationWithPositions(tokenizer)([{k: v for k, v in f.items()
-                                                                         if k != "position_ids"} for f in features])
+    plain = DataCollatorForTokenClassificationWithPositions(tokenizer)(
+        [{k: v for k, v in f.items() if k != "position_ids"} for f in features]
+    )
     assert "position_ids" not in plain, "without the column, the plain collator's batch"
 
 
@@ -173,8 +179,10 @@ TINY_COPY = ["--task", "copy", "--n_train", "300", "--n_eval", "4", "--hidden_si
         (["--task", "carry", "--position_coupling"], "--position_coupling is defined for the tasks copy, reverse"),
         (["--task", "copy", "--max_position_offset", "40"], "--max_position_offset .* needs --position_coupling"),
         (["--task", "copy", "--position_coupling", "--max_position_offset", "-1"], "must be 0 or more, got -1"),
-        (["--task", "copy", "--position_coupling"], "only position_encoding=absolute reads; this model has "
-                                                    "position_encoding=direction"),
+        (
+            ["--task", "copy", "--position_coupling"],
+            "only position_encoding=absolute reads; this model has position_encoding=direction",
+        ),
     ],
 )
 def test_train_refuses_a_coupling_it_cannot_use_in_one_line(tmp_path, flags, message):
@@ -203,18 +211,37 @@ def test_a_coupled_run_hands_the_positions_to_the_model_in_training_and_evaluati
     assert max(evaluation) == 402, "test_400 unshifted: [BOS] 0, symbols 1-400, `=` 401, [EOS] 402"
 
 
-def test_evaluate_model_gives_a_coupled_model_its_positions_and_refuses_them_elsewhere(tmp_path, capsys):
+def test_evaluate_model_gives_a_coupled_model_its_positions_and_refuses_them_elsewhere(tmp_path, monkeypatch, capsys):
     train([*TINY_COPY, "--config_overrides", "position_encoding=absolute", "--position_coupling",
            "--output_dir", str(tmp_path / "run")])  # fmt: skip
     evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_coupled")
     export = str(tmp_path / "run" / "export")
     common = [export, "--task", "copy", "--split", "test_40", "--n_eval", "4"]
+    seen = []
+    forward = modeling_ndr.NDRForTokenClassification.forward
+
+    @functools.wraps(forward)
+    def recording(self, *args, position_ids=None, **kwargs):
+        seen.append(None if position_ids is None else position_ids.tolist())
+        return forward(self, *args, position_ids=position_ids, **kwargs)
+
+    monkeypatch.setattr(modeling_ndr.NDRForTokenClassification, "forward", recording)
     coupled = evaluate_model.main([*common, "--position_coupling"])
+    rows = [row for batch in seen for row in batch]
+    expected = [0, *range(1, 42), *range(1, 41), 42]  # [BOS], symbols 1-40, `=` 41, blanks 1-40, [EOS]
+    assert len(rows) == 4 and all(row == expected for row in rows), "each row's coupled positions reach the model"
+    seen.clear()
+    assert evaluate_model.main(common) == coupled, "without the flag, the run's record turns the coupling on"
+    assert "trained with --position_coupling" in capsys.readouterr().out
+    assert len(seen) == 1 and seen[0] is not None, "and the positions reach the model"
+    monkeypatch.undo()
     as_trained = json.loads((tmp_path / "run" / "test_40_results.json").read_text())
     assert coupled["test_40"]["character_accuracy"] == pytest.approx(as_trained["test_40_character_accuracy"]), (
         "with the coupled positions the model scores what Trainer measured"
     )
-    with pytest.raises(UsageError, match="--position_coupling is defined for --task copy / reverse / addition, not carry"):
+    with pytest.raises(
+        UsageError, match="--position_coupling is defined for --task copy / reverse / addition, not carry"
+    ):
         evaluate_model.main([export, "--task", "carry", "--position_coupling"])
     direction = tmp_path / "direction"
     train([*TINY_COPY, "--output_dir", str(direction)])

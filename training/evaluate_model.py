@@ -110,7 +110,8 @@ def parse_arguments(argv):
         "--position_coupling",
         action="store_true",
         help="--task copy, reverse or addition: give the model the coupled positions it trained with (train.py "
-        "--position_coupling): a symbol and the blank that answers it share a position.",
+        "--position_coupling): a symbol and the blank that answers it share a position. On by itself for a folder "
+        "whose run_config.json records that training.",
     )
     parser.add_argument(
         "--by_first_token",
@@ -314,12 +315,27 @@ def first_token_table(results: dict) -> str:
     return markdown_table(rows, ["split", "first token", "all depths", *(f"depth {d}" for d in depths)])
 
 
+def trained_with_coupling(model: str) -> bool:
+    """Whether a saved model folder's `run_config.json` says it trained with `--position_coupling` (a hub id or a
+    folder without the record: no)."""
+    path = os.path.join(model, "run_config.json")
+    try:
+        with open(path) as f:
+            task = json.load(f).get("task")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(task, dict) and bool(task.get("position_coupling"))
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
     model, tokenizer = load_model(args)
     per_token = "NDRForTokenClassification" in (model.config.architectures or [])
     if per_token != (args.task in TOKEN_TASK_NAMES) and args.task:
         raise UsageError(f"--task {args.task}: {args.model} is a {'token' if per_token else 'sequence'} classifier")
+    if per_token and not args.position_coupling and trained_with_coupling(args.model):
+        args.position_coupling = True
+        print(f"{args.model} trained with --position_coupling (its run_config.json): evaluated with coupled positions")
     if args.position_coupling and args.task not in COUPLED_TASKS:
         raise UsageError(f"--position_coupling is defined for --task {' / '.join(COUPLED_TASKS)}, not "
                          f"{'--file' if not args.task else args.task}")  # fmt: skip

@@ -166,7 +166,8 @@ def coupled_positions(task: str, words: list[str]) -> list[int]:
         raise ValueError(f"position coupling is defined for {', '.join(COUPLED_TASKS)}, not {task!r}")
     if task in ("copy", "reverse"):
         n = (len(words) - 1) // 2
-        if len(words) != 2 * n + 1 or words[n] != EQUALS or any(word != BLANK for word in words[n + 1 :]):
+        symbols, blanks = words[:n], words[n + 1 :]
+        if len(words) != 2 * n + 1 or words[n] != EQUALS or set(blanks) - {BLANK} or {EQUALS, BLANK} & set(symbols):
             raise ValueError(f"not a {task} row (symbols, `=`, one blank per symbol): {' '.join(words[:60])!r}")
         answers = range(1, n + 1) if task == "copy" else range(n, 0, -1)
         return [*range(1, n + 1), n + 1, *answers]
@@ -174,6 +175,9 @@ def coupled_positions(task: str, words: list[str]) -> list[int]:
         raise ValueError(f"not an addition row (digits, `+`, digits, `=`, blanks): {' '.join(words[:60])!r}")
     plus, equals = words.index(PLUS), words.index(EQUALS)
     first, second, answer = plus, equals - plus - 1, len(words) - equals - 1
+    operands, blanks = words[:plus] + words[plus + 1 : equals], words[equals + 1 :]
+    if not first or not second or not all(word in DIGITS for word in operands) or set(blanks) != {BLANK}:
+        raise ValueError(f"not an addition row (digits, `+`, digits, `=`, blanks): {' '.join(words[:60])!r}")
     top = max(first, second, answer) + 1
     return [*range(first, 0, -1), top, *range(second, 0, -1), top, *range(answer, 0, -1)]
 

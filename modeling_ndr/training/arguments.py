@@ -101,8 +101,9 @@ class DataArguments:
     )
     position_coupling: bool = field(
         default=False,
-        metadata={"help": "copy, reverse, addition: give a symbol and the blank that answers it one position (addition: "
-                  "the digits of one place value), for a model with position_encoding=absolute (docs: token tasks)."},
+        metadata={"help": "copy, reverse, addition: give a symbol and the blank that answers it one position "
+                  "(addition: the digits of one place value), for a model with position_encoding=absolute "
+                  "(docs: token tasks)."},
     )  # fmt: skip
     max_position_offset: int = field(
         default=0,
