@@ -99,17 +99,10 @@ class DataArguments:
     depth_column: str | None = field(
         default=None, metadata={"help": "Column of each sample's depth (an integer): accuracy per depth."}
     )
-    position_coupling: bool = field(
-        default=False,
-        metadata={"help": "copy, reverse, addition: give a symbol and the blank that answers it one position "
-                  "(addition: the digits of one place value), for a model with position_encoding=absolute "
-                  "(docs: token tasks)."},
-    )  # fmt: skip
-    max_position_offset: int = field(
-        default=0,
-        metadata={"help": "With --position_coupling: shift each training row's positions by a random offset up to "
-                  "this, so that training shows the positions longer evaluation rows reach."},
-    )  # fmt: skip
+    position_coupling: bool = field(default=False, metadata={"help": "copy, reverse, addition: a symbol and the blank "
+                                    "that answers it share a position (for position_encoding=absolute)."})  # fmt: skip
+    max_position_offset: int = field(default=0, metadata={"help": "With --position_coupling: shift each training "
+                                     "row's positions by a random offset up to this."})  # fmt: skip
 
     @property
     def own_data(self) -> bool:
