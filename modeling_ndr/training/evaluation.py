@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..modeling_ndr import readout_positions, resolve_num_steps
+from .token_labels import pad_position_ids
 
 
 @dataclass
@@ -69,11 +70,9 @@ def padded_batches(tokenizer, inputs, batch_size: int) -> Iterator[dict[str, tor
         encoded = chunk if encoded_rows else tokenizer(list(chunk), verbose=False)
         batch = tokenizer.pad(encoded, return_tensors="pt")
         if row_positions is not None:
-            width, left = batch["input_ids"].shape[1], tokenizer.padding_side == "left"
-            batch["position_ids"] = torch.tensor([
-                [0] * (width - len(row)) + list(row) if left else list(row) + [0] * (width - len(row))
-                for row in row_positions
-            ])  # fmt: skip
+            batch["position_ids"] = pad_position_ids(
+                row_positions, batch["input_ids"].shape[1], tokenizer.padding_side
+            )
         yield batch
 
 

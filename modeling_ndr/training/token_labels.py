@@ -173,6 +173,13 @@ def encode_token_task(
     })  # fmt: skip
 
 
+def pad_position_ids(rows, width: int, padding_side: str) -> torch.Tensor:
+    """Rows of `position_ids` padded with 0 (the padding is masked) to `width`, on the tokenizer's `padding_side`."""
+    left = padding_side == "left"
+    return torch.tensor([[0] * (width - len(row)) + list(row) if left else list(row) + [0] * (width - len(row))
+                         for row in rows])  # fmt: skip
+
+
 class DataCollatorForTokenClassificationWithPositions(DataCollatorForTokenClassification):
     """transformers' `DataCollatorForTokenClassification` that also pads a `position_ids` column (with 0, on the
     tokenizer's padding side; the padding is masked), as `encode_token_task(position_coupling=...)` writes it."""
@@ -181,13 +188,9 @@ class DataCollatorForTokenClassificationWithPositions(DataCollatorForTokenClassi
         if "position_ids" not in features[0]:
             return super().torch_call(features)
         features = [dict(feature) for feature in features]
-        positions = [list(feature.pop("position_ids")) for feature in features]
+        positions = [feature.pop("position_ids") for feature in features]
         batch = super().torch_call(features)
-        length = batch["input_ids"].shape[1]
-        left = self.tokenizer.padding_side == "left"
-        batch["position_ids"] = torch.tensor([
-            [0] * (length - len(row)) + row if left else row + [0] * (length - len(row)) for row in positions
-        ])  # fmt: skip
+        batch["position_ids"] = pad_position_ids(positions, batch["input_ids"].shape[1], self.tokenizer.padding_side)
         return batch
 
 
