@@ -61,6 +61,13 @@ def _relative_index(n: int, device: torch.device) -> torch.Tensor:
     return j - i + n - 1
 
 
+def relative_key_index(position_ids: torch.Tensor | None, seq: int, window: int, device: torch.device) -> torch.Tensor:
+    """For each (query i, key j), the row of the relative keys that holds `p_j - p_i` clipped to `[-window, window]`:
+    (b, n, n), or (1, n, n) for the token indices where `position_ids` (b, n) is None."""
+    ids = torch.arange(seq, device=device).unsqueeze(0) if position_ids is None else position_ids
+    return (ids.unsqueeze(1) - ids.unsqueeze(2)).clamp(-window, window) + window
+
+
 def linear(in_features: int, out_features: int, init_role: str, bias: bool = True) -> nn.Linear:
     """An `nn.Linear` tagged with how `NDRPreTrainedModel._init_weights` starts it (`init_role`, one of the roles that
     method lists), so that initialising a projection needs no search through the model."""
@@ -130,6 +137,10 @@ class NDRAttentionBase(nn.Module):
             self.position_gate_proj = linear(d, h, "position_gate")
         if config.attention_type == "geometric":
             self.logit_bias = nn.Parameter(torch.empty(1))  # gamma
+        self.relative_key_window = config.relative_key_window
+        if self.relative_key_window:
+            # a_t of Shaw et al. (2018) per head, for the clipped offsets t = -w .. w between position ids
+            self.relative_keys = nn.Parameter(torch.empty(h, 2 * self.relative_key_window + 1, self.head_size))
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -139,12 +150,17 @@ class NDRAttentionBase(nn.Module):
         b, _, n, _ = x.shape
         return x.transpose(1, 2).reshape(b, n, -1)  # (b, n, d)
 
-    def precompute(self, hidden_states: torch.Tensor) -> dict:
+    def precompute(self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None) -> dict:
         """What every step of one forward reuses, from the first step's `hidden_states` (b, n, d): the position table
-        (relative and gated position terms)."""
-        if self.position_encoding not in ("relative", "gated"):
-            return {}
-        return {"position_table": self.position_table(hidden_states.shape[1], hidden_states)}
+        (relative and gated position terms) and, with relative keys, which key each pair of `position_ids` (b, n)
+        reads (`relative_key_index`; None: the token indices)."""
+        precomputed = {}
+        if self.position_encoding in ("relative", "gated"):
+            precomputed["position_table"] = self.position_table(hidden_states.shape[1], hidden_states)
+        if self.relative_key_window:
+            seq, window = hidden_states.shape[1], self.relative_key_window
+            precomputed["relative_key_index"] = relative_key_index(position_ids, seq, window, hidden_states.device)
+        return precomputed
 
     def position_table(self, n: int, like: torch.Tensor) -> torch.Tensor:
         """`W_p P(t)` per head for the offsets t = -(n-1) .. n-1: (h, 2n - 1, e), in `like`'s dtype and device. Row
@@ -186,10 +202,11 @@ class NDRAttentionBase(nn.Module):
         position_query: torch.Tensor | None = None,
         direction: torch.Tensor | None = None,
         position_table: torch.Tensor | None = None,
+        relative_key_index: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Scores, position terms, weights and the weighted values: (b, h, n, e) each → ((b, h, n, e), weights).
         `direction` is `direction_proj(hidden_states)` if the caller has computed it already: (b, n, 2h);
-        `position_table` is what `precompute` holds."""
+        `position_table` and `relative_key_index` are what `precompute` holds."""
         b, n, _ = hidden_states.shape
         left = right = None
         if self.position_encoding == "direction":
@@ -199,12 +216,19 @@ class NDRAttentionBase(nn.Module):
             left, right = self.direction_scale * left, self.direction_scale * right  # (b, h, n)
 
         fused = FUSED_ATTENTION.get(self.attention_type)
-        if fused is not None and left is None and position_query is None and not need_weights:
+        plain = left is None and position_query is None and relative_key_index is None
+        if fused is not None and plain and not need_weights:
             return fused(query, key, value, attention_mask), None  # nothing but q . k, and no weights asked for
 
         position_logits = None
         if position_query is not None:
             position_logits = self.relative_logits(hidden_states, position_query, attention_mask, position_table)
+        if relative_key_index is not None:
+            # q_i . a_t (Shaw et al.), t the clipped offset of the position ids: (b, h, n, 2w + 1) → (b, h, n, n)
+            by_offset = query @ self.relative_keys.transpose(-1, -2)
+            index = relative_key_index.unsqueeze(1).expand(b, self.num_heads, n, n)
+            relative_keys = by_offset.gather(-1, index)
+            position_logits = relative_keys if position_logits is None else position_logits + relative_keys
         if hasattr(self, "logit_bias"):
             # gamma (geometric attention) joins the per-row terms, which the geometric kernel adds itself
             if left is None:
@@ -291,9 +315,9 @@ class NDRDotProductAttention(NDRAttentionBase):
         """`q_proj`, `k_proj`, `v_proj` (and `direction_proj`) as one layer (`concatenated_linear`)."""
         return concatenated_linear(*self._projections())
 
-    def precompute(self, hidden_states: torch.Tensor) -> dict:
+    def precompute(self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None) -> dict:
         """`NDRAttentionBase.precompute` plus the fused projection (`fused_projection`)."""
-        return {**super().precompute(hidden_states), "projection": self.fused_projection()}
+        return {**super().precompute(hidden_states, position_ids), "projection": self.fused_projection()}
 
     def projections(
         self, hidden_states: torch.Tensor, projection: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -331,6 +355,7 @@ class NDRDotProductAttention(NDRAttentionBase):
             position_query=position_query,
             direction=direction[0] if direction else None,
             position_table=precomputed.get("position_table"),
+            relative_key_index=precomputed.get("relative_key_index"),
         )
         return self.o_proj(self._merge_heads(output)), weights
 
@@ -414,4 +439,5 @@ __all__ = [
     "linear",
     "sinusoidal_encoding",
     "position_ids",
+    "relative_key_index",
 ]

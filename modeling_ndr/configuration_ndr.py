@@ -81,6 +81,13 @@ class NDRConfig(PreTrainedConfig):
             `"absolute"` (sinusoidal encodings added to the embeddings), `"relative"` (Transformer-XL relative
             attention), `"gated"` (a per-query, per-head gate between relative and absolute position terms, the
             paper's "+abs/rel" baseline) or `"none"`.
+        relative_key_window (`int`, *optional*, defaults to 0):
+            Relative position keys over the position ids (Shaw et al., 2018; BERT's `position_embedding_type=
+            "relative_key"`), clipped: each head adds `q_i . a_t` to its scores, `t = p_j - p_i` clipped to
+            `[-w, w]`, with `p` the ids `forward(position_ids=...)` gives (by default each real token's index) and one
+            learned key `a_t` per offset. With position coupling (the token tasks' `--position_coupling`) and
+            `w = 1`, a blank finds the symbol that shares its id at any length. Added to the `position_encoding`
+            term; 0: none.
         attention_scores (`str`, *optional*, defaults to `"dot"`):
             `"dot"`: `q_i . k_j`; `"metric"`: metric-tensor attention, one projection `p` per head serving as query,
             key and value, scores `p_i^T M p_j / sqrt(d_head)` with a learned symmetric `M` per head.
@@ -173,6 +180,7 @@ class NDRConfig(PreTrainedConfig):
         copy_gate=True,
         attention_type="geometric",
         position_encoding="direction",
+        relative_key_window=0,
         attention_scores="dot",
         metric_tensor="symmetric",
         normalize_attention=False,
@@ -212,6 +220,7 @@ class NDRConfig(PreTrainedConfig):
         self.copy_gate = copy_gate
         self.attention_type = attention_type
         self.position_encoding = position_encoding
+        self.relative_key_window = relative_key_window
         self.attention_scores = attention_scores
         self.metric_tensor = metric_tensor
         self.normalize_attention = normalize_attention
@@ -236,6 +245,11 @@ class NDRConfig(PreTrainedConfig):
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         self.validate()
+
+    @property
+    def reads_position_ids(self) -> bool:
+        """Whether the model reads `forward(position_ids=...)`: absolute encodings or relative position keys."""
+        return self.position_encoding == "absolute" or self.relative_key_window > 0
 
     def __setattr__(self, name, value):
         super().__setattr__(name, check_field(name, value))
@@ -317,6 +331,7 @@ FIELD_RULES = {
     "copy_gate": _flag,
     "attention_type": _one_of(ATTENTION_TYPES),
     "position_encoding": _one_of(POSITION_ENCODINGS),
+    "relative_key_window": _integer(minimum=0),
     "attention_scores": _one_of(ATTENTION_SCORES),
     "metric_tensor": _one_of(METRIC_TENSORS),
     "normalize_attention": _flag,
@@ -352,6 +367,11 @@ COMBINATION_RULES = (
         lambda c: c.attention_scores == "dot" or c.position_encoding in METRIC_POSITION_ENCODINGS,
         f"metric scores use one projection as query and key; they support position_encoding in "
         f"{METRIC_POSITION_ENCODINGS}",
+    ),
+    (
+        ("relative_key_window", "attention_scores"),
+        lambda c: c.relative_key_window == 0 or c.attention_scores == "dot",
+        "relative position keys are added to a query's scores; metric scores have no query of their own",
     ),
     (
         ("halting", "adaptive_steps"),

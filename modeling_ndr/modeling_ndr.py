@@ -146,11 +146,12 @@ class NDRLayer(GradientCheckpointingLayer):
         else:
             self.feed_forward = NDRFeedForward(config)
 
-    def precompute(self, hidden_states: torch.Tensor) -> dict:
-        """What every step of one forward reuses, from the first step's `hidden_states`: the attention's
-        (`NDRAttentionBase.precompute`) and `W_1` and `G_1` as one layer, so that `W_1 m` and `G_1 m` are one matrix
-        product (the weights stay two modules, so checkpoints keep their keys)."""
-        precomputed = {"attention": self.attention.precompute(hidden_states)}
+    def precompute(self, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None) -> dict:
+        """What every step of one forward reuses, from the first step's `hidden_states` (and the `position_ids` that
+        relative keys read): the attention's (`NDRAttentionBase.precompute`) and `W_1` and `G_1` as one layer, so
+        that `W_1 m` and `G_1 m` are one matrix product (the weights stay two modules, so checkpoints keep their
+        keys)."""
+        precomputed = {"attention": self.attention.precompute(hidden_states, position_ids)}
         if hasattr(self, "copy_gate"):
             precomputed["inner"] = concatenated_linear(self.update.fc_in, self.copy_gate.fc_in)
         return precomputed
@@ -162,10 +163,11 @@ class NDRLayer(GradientCheckpointingLayer):
         update_mask: torch.Tensor | None = None,
         need_weights: bool = True,
         precomputed: dict | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One step: (b, n, d) → (b, n, d). `precomputed` is `precompute(...)` of this forward (computed here if not
-        given)."""
-        precomputed = self.precompute(hidden_states) if precomputed is None else precomputed
+        """One step: (b, n, d) → (b, n, d). `precomputed` is `precompute(hidden_states, position_ids)` of this forward
+        (computed here if not given: `position_ids` serve only that)."""
+        precomputed = self.precompute(hidden_states, position_ids) if precomputed is None else precomputed
         # the weights are recorded by a hook if asked for
         attended, _ = self.attention(hidden_states, attention_mask, need_weights, precomputed["attention"])
         mixed = self.attention_layer_norm(hidden_states + self.dropout(attended))
@@ -308,6 +310,8 @@ class NDRPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.logit_bias)
             if hasattr(module, "relative_position_bias"):
                 init.zeros_(module.relative_position_bias)
+            if hasattr(module, "relative_keys"):
+                init.normal_(module.relative_keys, mean=0.0, std=config.initializer_range)
             if isinstance(module, NDRMetricAttention):
                 identity = torch.eye(module.head_size, device=module.metric.device).expand(module.num_heads, -1, -1)
                 init.copy_(module.metric, identity if module.metric.dim() == 3 else torch.ones_like(module.metric))
@@ -425,10 +429,11 @@ def check_position_ids(position_ids: torch.Tensor | None, batch: int, seq: int, 
     batch (`(1, seq)`), and a model that reads them. Any integer is a position (the encodings are sinusoids)."""
     if position_ids is None:
         return
-    if config.position_encoding != "absolute":
+    if not config.reads_position_ids:
         raise ValueError(
-            f"position_ids are read only by position_encoding='absolute' (sinusoidal encodings added to the "
-            f"embeddings); this model has position_encoding={config.position_encoding!r}, which has no position ids."
+            f"position_ids are read by position_encoding='absolute' (sinusoidal encodings added to the embeddings) "
+            f"and by relative_key_window > 0 (relative position keys); this model has position_encoding="
+            f"{config.position_encoding!r} and relative_key_window=0, which read no position ids."
         )
     if position_ids.dim() != 2 or position_ids.shape[1] != seq or position_ids.shape[0] not in (1, batch):
         raise ValueError(
@@ -527,8 +532,9 @@ NDR_FORWARD_ARGS = r"""
     output_gates (`bool`, *optional*):
         Whether to return every step's copy gates (1 = take the update, 0 = copy); defaults to `config.output_gates`.
     position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)` or `(1, sequence_length)`, *optional*):
-        The position of each token in the sinusoidal encodings of `position_encoding="absolute"` (the only encoding
-        that reads them); defaults to each token's index among the real tokens. Tokens may share a position: giving
+        The position of each token, read by the sinusoidal encodings of `position_encoding="absolute"` and by the
+        relative position keys of `relative_key_window > 0` (no other encoding reads them); defaults to each token's
+        index among the real tokens. Tokens may share a position: giving
         the tokens that belong together one position ("position coupling", e.g. the i-th input symbol and the i-th
         answer blank of a copy task) is what the token tasks' `position_coupling` does.
 """
@@ -594,13 +600,20 @@ class NDRModel(NDRPreTrainedModel):
             )
             hidden_states = hidden_states + sinusoidal_encoding(positions, config.hidden_size).to(hidden_states.dtype)
         hidden_states = self.embedding_dropout(hidden_states)
+        relative_ids = None  # the ids relative position keys read, one row per sample
+        if config.relative_key_window:
+            relative_ids = (
+                position_ids.expand(batch, seq)
+                if position_ids is not None
+                else default_positions(attention_mask, batch, seq, hidden_states.device)
+            )
 
         # once per forward, not per step; a checkpointed layer recomputes it in each step (reentrant checkpointing runs
         # a separate backward per step, which could not go through shared tensors twice)
         checkpointed = self.layer.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        precomputed = None if checkpointed else self.layer.precompute(hidden_states)
+        precomputed = None if checkpointed else self.layer.precompute(hidden_states, relative_ids)
         if config.halting == "act":
-            return self._act_steps(hidden_states, attention_mask, num_steps, need_weights, precomputed)
+            return self._act_steps(hidden_states, attention_mask, num_steps, need_weights, precomputed, relative_ids)
         if adaptive:
             recording = any(
                 config_value if value is None else value
@@ -611,12 +624,13 @@ class NDRModel(NDRPreTrainedModel):
                 )
             )
             return self._adaptive_steps(
-                hidden_states, attention_mask, num_steps, need_weights, precomputed, compact=not recording
+                hidden_states, attention_mask, num_steps, need_weights, precomputed, not recording, relative_ids
             )
         for _ in range(num_steps):
             hidden_states = self.layer(
-                hidden_states, attention_mask, need_weights=need_weights, precomputed=precomputed
-            )
+                hidden_states, attention_mask, need_weights=need_weights, precomputed=precomputed,
+                position_ids=relative_ids,
+            )  # fmt: skip
         return NDRModelOutput(last_hidden_state=hidden_states)
 
     def _real_columns(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -625,8 +639,9 @@ class NDRModel(NDRPreTrainedModel):
         return attention_mask != 0
 
     def _act_steps(
-        self, hidden_states, attention_mask, max_steps: int, need_weights: bool, precomputed: dict | None
-    ) -> NDRModelOutput:
+        self, hidden_states, attention_mask, max_steps: int, need_weights: bool, precomputed: dict | None,
+        position_ids: torch.Tensor | None = None,
+    ) -> NDRModelOutput:  # fmt: skip
         """Adaptive Computation Time per column (Graves 2016, Sec. 2; Dehghani et al. 2019, Sec. 2.2).
 
         At step t a running column halts with probability `p_t = sigmoid(w . h_(t-1) + b)`; it stops at the first
@@ -664,6 +679,7 @@ class NDRModel(NDRPreTrainedModel):
                 update_mask=real if update_halted else running,
                 need_weights=need_weights,
                 precomputed=precomputed,
+                position_ids=position_ids,
             )
             weight = weight.unsqueeze(-1).to(hidden_states.dtype)
             output = (output * (1 - weight) if ut_variant else output) + weight * hidden_states
@@ -684,6 +700,7 @@ class NDRModel(NDRPreTrainedModel):
         need_weights: bool,
         precomputed: dict | None,
         compact: bool,
+        position_ids: torch.Tensor | None = None,
     ):
         """Run each sample until the relative change of every real column's state in one step is below
         `config.adaptive_threshold`, at most `max_steps`; a finished sample keeps its state. With `compact`, finished
@@ -704,7 +721,9 @@ class NDRModel(NDRPreTrainedModel):
             active = torch.arange(batch, device=hidden_states.device)  # samples still running
             state, mask, active_real = hidden_states, attention_mask, real
             for _ in range(max_steps):
-                new = self.layer(state, mask, need_weights=need_weights, precomputed=precomputed)
+                new = self.layer(
+                    state, mask, need_weights=need_weights, precomputed=precomputed, position_ids=position_ids
+                )
                 steps_taken[active] += 1
                 going_on = relative_state_change(new, state, active_real) >= threshold
                 if going_on.all():
@@ -715,6 +734,9 @@ class NDRModel(NDRPreTrainedModel):
                 mask = None if mask is None else mask[going_on]
                 if active.numel() == 0:
                     break
+                if position_ids is not None:  # relative keys: the running samples' ids (inference: cheap to redo)
+                    position_ids = position_ids[going_on]
+                    precomputed = self.layer.precompute(state, position_ids)
             if active.numel():
                 final[active] = state  # at the cap
             hidden_states = final
@@ -723,8 +745,9 @@ class NDRModel(NDRPreTrainedModel):
             for _ in range(max_steps):
                 update_mask = running.unsqueeze(-1) & real
                 new = self.layer(
-                    hidden_states, attention_mask, update_mask, need_weights=need_weights, precomputed=precomputed
-                )
+                    hidden_states, attention_mask, update_mask, need_weights=need_weights, precomputed=precomputed,
+                    position_ids=position_ids,
+                )  # fmt: skip
                 steps_taken += running.long()
                 running = running & (relative_state_change(new, hidden_states, real) >= threshold)
                 hidden_states = new

@@ -86,7 +86,7 @@ def test_position_ids_are_refused_by_a_model_without_absolute_positions_and_thei
     positions = torch.arange(5).expand(2, 5)
     for encoding in ("direction", "relative", "gated", "none"):
         model = NDRForTokenClassification(tiny_config(position_encoding=encoding)).eval()
-        with pytest.raises(ValueError, match=f"position_encoding='{encoding}', which has no position ids"):
+        with pytest.raises(ValueError, match=f"position_encoding='{encoding}' and relative_key_window=0, which read"):
             model(ids, position_ids=positions)
     model = NDRForTokenClassification(tiny_config(position_encoding="absolute")).eval()
     with pytest.raises(ValueError, match=r"position_ids must have shape \(batch, seq\) = \(2, 5\)"):
@@ -181,7 +181,7 @@ TINY_COPY = ["--task", "copy", "--n_train", "300", "--n_eval", "4", "--hidden_si
         (["--task", "copy", "--position_coupling", "--max_position_offset", "-1"], "must be 0 or more, got -1"),
         (
             ["--task", "copy", "--position_coupling"],
-            "only position_encoding=absolute reads; this model has position_encoding=direction",
+            "this model has position_encoding=direction and relative_key_window=0",
         ),
     ],
 )
@@ -190,7 +190,8 @@ def test_train_refuses_a_coupling_it_cannot_use_in_one_line(tmp_path, flags, mes
         train([*TINY_COPY, *flags, "--output_dir", str(tmp_path / "run")])
 
 
-def test_a_coupled_run_hands_the_positions_to_the_model_in_training_and_evaluation(tmp_path, monkeypatch):
+@pytest.mark.parametrize("reader", ["position_encoding=absolute", "relative_key_window=1"])
+def test_a_coupled_run_hands_the_positions_to_the_model_in_training_and_evaluation(tmp_path, monkeypatch, reader):
     seen = []
     forward = modeling_ndr.NDRForTokenClassification.forward
 
@@ -200,7 +201,7 @@ def test_a_coupled_run_hands_the_positions_to_the_model_in_training_and_evaluati
         return forward(self, *args, position_ids=position_ids, **kwargs)
 
     monkeypatch.setattr(modeling_ndr.NDRForTokenClassification, "forward", recording)
-    results = train([*TINY_COPY, "--config_overrides", "position_encoding=absolute", "--position_coupling",
+    results = train([*TINY_COPY, "--config_overrides", reader, "--position_coupling",
                      "--max_position_offset", "500", "--output_dir", str(tmp_path / "run")])  # fmt: skip
     assert set(results) == {"test_40", "test_100", "test_200", "test_400"}, "trained and evaluated at every length"
     training = [top for is_training, top in seen if is_training]
@@ -245,5 +246,7 @@ def test_evaluate_model_gives_a_coupled_model_its_positions_and_refuses_them_els
         evaluate_model.main([export, "--task", "carry", "--position_coupling"])
     direction = tmp_path / "direction"
     train([*TINY_COPY, "--output_dir", str(direction)])
-    with pytest.raises(UsageError, match="has position_encoding=direction, which reads no position ids"):
+    with pytest.raises(
+        UsageError, match="has position_encoding=direction and relative_key_window=0, which read no position ids"
+    ):
         evaluate_model.main([str(direction / "export"), *common[1:], "--position_coupling"])

@@ -339,9 +339,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.position_coupling and args.task not in COUPLED_TASKS:
         raise UsageError(f"--position_coupling is defined for --task {' / '.join(COUPLED_TASKS)}, not "
                          f"{'--file' if not args.task else args.task}")  # fmt: skip
-    if args.position_coupling and model.config.position_encoding != "absolute":
-        raise UsageError(f"--position_coupling: {args.model} has position_encoding="
-                         f"{model.config.position_encoding}, which reads no position ids")  # fmt: skip
+    if args.position_coupling and not model.config.reads_position_ids:
+        raise UsageError(f"--position_coupling: {args.model} has position_encoding={model.config.position_encoding} "
+                         "and relative_key_window=0, which read no position ids")  # fmt: skip
     splits = load_splits(args, per_token)
     if per_token:
         if torch.cuda.is_available():

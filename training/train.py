@@ -175,10 +175,11 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     # ---- the model: new, or a checkpoint adapted to the data's words and labels
     set_seed(training_args.seed)
     tokenizer, model = build_tokenizer_and_model(data_args, model_args, label_names, texts, values, per_token)
-    if data_args.position_coupling and model.config.position_encoding != "absolute":
+    if data_args.position_coupling and not model.config.reads_position_ids:
         raise UsageError(
-            "--position_coupling gives position ids, which only position_encoding=absolute reads; this model has "
-            f"position_encoding={model.config.position_encoding} (--config_overrides position_encoding=absolute)"
+            "--position_coupling gives position ids, which position_encoding=absolute and relative position keys "
+            f"read; this model has position_encoding={model.config.position_encoding} and relative_key_window=0 "
+            "(--config_overrides relative_key_window=1, or position_encoding=absolute)"
         )
 
     # ---- the data: the task generated (once, then cached), tokenized
