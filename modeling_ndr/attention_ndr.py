@@ -64,7 +64,7 @@ def _relative_index(n: int, device: torch.device) -> torch.Tensor:
 def relative_key_index(position_ids: torch.Tensor | None, seq: int, window: int, device: torch.device) -> torch.Tensor:
     """For each (query i, key j), the row of the relative keys that holds `p_j - p_i` clipped to `[-window, window]`:
     (b, n, n), or (1, n, n) for the token indices where `position_ids` (b, n) is None."""
-    ids = torch.arange(seq, device=device).unsqueeze(0) if position_ids is None else position_ids
+    ids = torch.arange(seq, device=device).unsqueeze(0) if position_ids is None else position_ids.long()
     return (ids.unsqueeze(1) - ids.unsqueeze(2)).clamp(-window, window) + window
 
 
@@ -334,7 +334,8 @@ class NDRDotProductAttention(NDRAttentionBase):
         need_weights: bool = True,
         precomputed: dict | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`precomputed` is what `precompute` returned for this forward (computed here if not given)."""
+        """`precomputed` is what `precompute` returned for this forward (computed here if not given, relative keys
+        then reading the token indices as position ids)."""
         precomputed = self.precompute(hidden_states) if precomputed is None else precomputed
         query, key, value, *direction = self.projections(hidden_states, precomputed["projection"])
         query = self._split_heads(query) * self.scale  # scale (b, h, n, e), not (n, n)

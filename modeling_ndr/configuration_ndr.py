@@ -82,8 +82,8 @@ class NDRConfig(PreTrainedConfig):
             attention), `"gated"` (a per-query, per-head gate between relative and absolute position terms, the
             paper's "+abs/rel" baseline) or `"none"`.
         relative_key_window (`int`, *optional*, defaults to 0):
-            Relative position keys over the position ids (Shaw et al., 2018; BERT's `position_embedding_type=
-            "relative_key"`), clipped: each head adds `q_i . a_t` to its scores, `t = p_j - p_i` clipped to
+            Relative position keys over the position ids (Shaw et al., 2018, clipped; here one set per head): each
+            head adds `q_i . a_t` to its scores, `t = p_j - p_i` clipped to
             `[-w, w]`, with `p` the ids `forward(position_ids=...)` gives (by default each real token's index) and one
             learned key `a_t` per offset. With position coupling (the token tasks' `--position_coupling`) and
             `w = 1`, a blank finds the symbol that shares its id at any length. Added to the `position_encoding`

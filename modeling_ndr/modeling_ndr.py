@@ -289,7 +289,8 @@ class NDRPreTrainedModel(PreTrainedModel):
         sqrt 2 into a ReLU, 5/3 for the update's output), biases 0 but the gate's (`gate_bias_init`), the halting unit
         N(0, `initializer_range`) with bias `act_halting_bias_init`, the classifier the transformers default;
         `"official"`: as the official code starts each layer (`_official_projection_init`). Either way alpha =
-        1/sqrt(e), beta = 1, gamma = 0, the relative-position bias 0, metric tensors the identity, layer norms 1 and 0,
+        1/sqrt(e), beta = 1, gamma = 0, the relative-position bias 0, the relative keys (`relative_key_window`)
+        N(0, `initializer_range`), metric tensors the identity, layer norms 1 and 0,
         and the embeddings as `config.embedding_init` says (default N(0, 1)). A head that `from_pretrained` creates
         (new labels, `ignore_mismatched_sizes=True`) starts as transformers starts one, whatever the style."""
         super()._init_weights(module)
@@ -600,13 +601,11 @@ class NDRModel(NDRPreTrainedModel):
             )
             hidden_states = hidden_states + sinusoidal_encoding(positions, config.hidden_size).to(hidden_states.dtype)
         hidden_states = self.embedding_dropout(hidden_states)
-        relative_ids = None  # the ids relative position keys read, one row per sample
-        if config.relative_key_window:
-            relative_ids = (
-                position_ids.expand(batch, seq)
-                if position_ids is not None
-                else default_positions(attention_mask, batch, seq, hidden_states.device)
-            )
+        relative_ids = None  # the ids relative position keys read, one row per sample (None: the token indices)
+        if config.relative_key_window and position_ids is not None:
+            relative_ids = position_ids.expand(batch, seq)
+        elif config.relative_key_window and attention_mask is not None:
+            relative_ids = default_positions(attention_mask, batch, seq, hidden_states.device)
 
         # once per forward, not per step; a checkpointed layer recomputes it in each step (reentrant checkpointing runs
         # a separate backward per step, which could not go through shared tensors twice)
@@ -734,9 +733,11 @@ class NDRModel(NDRPreTrainedModel):
                 mask = None if mask is None else mask[going_on]
                 if active.numel() == 0:
                     break
-                if position_ids is not None:  # relative keys: the running samples' ids (inference: cheap to redo)
+                if position_ids is not None:  # relative keys: the running samples' rows of the key index
                     position_ids = position_ids[going_on]
-                    precomputed = self.layer.precompute(state, position_ids)
+                    attention = precomputed["attention"]
+                    attention = {**attention, "relative_key_index": attention["relative_key_index"][going_on]}
+                    precomputed = {**precomputed, "attention": attention}
             if active.numel():
                 final[active] = state  # at the cap
             hidden_states = final

@@ -56,28 +56,50 @@ def test_relative_keys_read_the_offsets_of_position_ids_clipped_to_the_window(mo
         return result.last_hidden_state if model_class is NDRModel else result.logits
 
     counted = (mask.cumsum(-1) - 1).clamp(min=0)
-    torch.testing.assert_close(output(), output(position_ids=counted)), "the default is each real token's index"
+    torch.testing.assert_close(output(), output(position_ids=counted), msg="the default is each real token's index")
     coupled = torch.tensor([[0, 1, 2, 3, 1, 2, 4]] * 2)
-    torch.testing.assert_close(output(position_ids=coupled), output(position_ids=coupled + 100)), "offsets only"
+    torch.testing.assert_close(output(position_ids=coupled), output(position_ids=coupled + 100), msg="offsets only")
     spread = torch.tensor([[0, 10, 20, 30, 10, 20, 40]] * 2)
-    torch.testing.assert_close(output(position_ids=coupled), output(position_ids=spread)), "clipped to +-1"
+    torch.testing.assert_close(output(position_ids=coupled), output(position_ids=spread), msg="clipped to +-1")
     assert not torch.allclose(output(), output(position_ids=coupled)), "other offsets, other outputs"
+    one_row = output(position_ids=coupled[:1])
+    torch.testing.assert_close(one_row, output(position_ids=coupled), msg="(1, seq) serves the whole batch")
+    small = output(position_ids=coupled.to(torch.uint8))  # any integer dtype; the offsets are taken in int64
+    torch.testing.assert_close(small, output(position_ids=coupled), msg="uint8 ids: the same offsets")
+
+
+@pytest.mark.parametrize("encoding", ["relative", "gated", "absolute", "none"])
+def test_softmax_attention_reads_relative_keys_beside_any_position_encoding(encoding):
+    """The softmax baselines too (whose fused path, with no weights asked for, knows no position terms)."""
+    model = keyed_model(attention_type="softmax", position_encoding=encoding, copy_gate=False)
+    ids = random_ids(2, 7, seed=4)
+    coupled = torch.tensor([[0, 1, 2, 3, 1, 2, 4]] * 2)
+    shifted = model(ids, position_ids=coupled + 1).logits
+    assert not torch.allclose(model(ids).logits, model(ids, position_ids=coupled).logits), "the keys read the ids"
+    if encoding != "absolute":  # (absolute positions read the ids themselves, not only their offsets)
+        torch.testing.assert_close(model(ids, position_ids=coupled).logits, shifted, msg="offsets only")
 
 
 def test_adaptive_steps_with_relative_keys_give_a_sample_in_a_batch_its_result_alone():
     """Finished samples leave the batch (and their ids with them): each sample's result is the one it gets alone."""
-    model = keyed_model(NDRModel, adaptive_steps=True, adaptive_threshold=0.3, max_adaptive_steps=12)
-    ids = random_ids(4, 9, seed=5)
+    model = keyed_model(NDRModel, adaptive_steps=True, adaptive_threshold=0.15, max_adaptive_steps=12)
+    ids, mask = random_ids(4, 9, seed=5), torch.ones(4, 9, dtype=torch.long)
     positions = torch.tensor([[0, 1, 2, 3, 4, 1, 2, 3, 5], [0, 1, 2, 3, 4, 5, 6, 7, 8]] * 2)
     positions[2] = positions[2].flip(0)
-    batch = model(ids, position_ids=positions)
-    assert len(set(batch.num_steps_taken.tolist())) > 1, "samples finish at different steps (the batch shrinks)"
-    for row in range(4):
-        alone = model(ids[row : row + 1], position_ids=positions[row : row + 1])
-        torch.testing.assert_close(batch.last_hidden_state[row : row + 1], alone.last_hidden_state)
-        assert int(alone.num_steps_taken) == int(batch.num_steps_taken[row])
-    recorded = model(ids, position_ids=positions, output_hidden_states=True)  # the whole batch runs, frozen rows
-    torch.testing.assert_close(recorded.last_hidden_state, batch.last_hidden_state)
+    mask[3, :3] = 0  # left padding, for the default ids
+    for given in (positions, None):
+        batch = model(ids, attention_mask=mask, position_ids=given)
+        assert len(set(batch.num_steps_taken.tolist())) > 1, "samples finish at different steps (the batch shrinks)"
+        for row in range(4):
+            alone = model(
+                ids[row : row + 1], attention_mask=mask[row : row + 1],
+                position_ids=None if given is None else given[row : row + 1],
+            )  # fmt: skip
+            torch.testing.assert_close(batch.last_hidden_state[row : row + 1], alone.last_hidden_state)
+            assert int(alone.num_steps_taken) == int(batch.num_steps_taken[row])
+        recorded = model(ids, attention_mask=mask, position_ids=given, output_hidden_states=True)  # frozen rows
+        real = mask.bool()  # (padding columns are not frozen alike in the two ways; nothing reads them)
+        torch.testing.assert_close(recorded.last_hidden_state[real], batch.last_hidden_state[real])
 
 
 @pytest.mark.parametrize("halting", ["none", "act"])
@@ -94,7 +116,11 @@ def test_gradient_checkpointing_reads_the_same_position_ids(halting):
 
     plain = loss_and_gradient()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    layer, precomputes = model.ndr.layer, []
+    original = layer.precompute
+    layer.precompute = lambda *args: precomputes.append(args[1] if len(args) > 1 else None) or original(*args)
     checkpointed = loss_and_gradient()
+    assert precomputes and all(ids is not None for ids in precomputes), "each checkpointed step precomputes, with ids"
     torch.testing.assert_close(plain[0], checkpointed[0])
     torch.testing.assert_close(plain[1], checkpointed[1])
     assert plain[1].abs().sum() > 0, "the keys learn"
