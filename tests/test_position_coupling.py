@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from scripts import load_script
-from tiny import random_ids, tiny_config
+from tiny import encoder_or_head_output, left_padded_batch, random_ids, tiny_config
 
 import modeling_ndr
 from modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification, NDRModel
@@ -68,14 +68,8 @@ def test_a_row_the_coupling_cannot_read_is_one_error_naming_it(task, words, mess
 def test_position_ids_move_the_absolute_encodings_and_default_to_the_token_index(model_class):
     torch.manual_seed(0)
     model = model_class(tiny_config(position_encoding="absolute")).eval()
-    ids, mask = random_ids(2, 7, seed=1), torch.ones(2, 7, dtype=torch.long)
-    mask[1, :2] = 0  # left padding: the default counts the real tokens only
-
-    def output(**kwargs):
-        result = model(ids, attention_mask=mask, **kwargs)
-        return result.last_hidden_state if model_class is NDRModel else result.logits
-
-    counted = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids, mask, counted = left_padded_batch()  # left padding: the default counts the real tokens only
+    output = functools.partial(encoder_or_head_output, model, ids, mask)
     torch.testing.assert_close(output(), output(position_ids=counted)), "the default is each real token's index"
     shared = torch.tensor([[0, 1, 2, 3, 1, 2, 4]] * 2)
     assert not torch.allclose(output(), output(position_ids=shared)), "other positions, other outputs"

@@ -2,9 +2,11 @@
 its scores against a plain reference, what the term reads of `position_ids` (their offsets, clipped), and every
 way the model steps (fixed, adaptive with finished samples leaving the batch, ACT, gradient checkpointing)."""
 
+import functools
+
 import pytest
 import torch
-from tiny import random_ids, tiny_config
+from tiny import encoder_or_head_output, left_padded_batch, random_ids, tiny_config
 
 from modeling_ndr import NDRConfig, NDRForTokenClassification, NDRModel
 from modeling_ndr.attention_ndr import attention, relative_key_index
@@ -48,14 +50,8 @@ def test_the_relative_key_term_is_the_query_times_the_key_of_each_pair_s_clipped
 @pytest.mark.parametrize("model_class", [NDRModel, NDRForTokenClassification])
 def test_relative_keys_read_the_offsets_of_position_ids_clipped_to_the_window(model_class):
     model = keyed_model(model_class)
-    ids, mask = random_ids(2, 7, seed=1), torch.ones(2, 7, dtype=torch.long)
-    mask[1, :2] = 0  # left padding: the default counts the real tokens only
-
-    def output(**kwargs):
-        result = model(ids, attention_mask=mask, **kwargs)
-        return result.last_hidden_state if model_class is NDRModel else result.logits
-
-    counted = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids, mask, counted = left_padded_batch()  # left padding: the default counts the real tokens only
+    output = functools.partial(encoder_or_head_output, model, ids, mask)
     torch.testing.assert_close(output(), output(position_ids=counted), msg="the default is each real token's index")
     coupled = torch.tensor([[0, 1, 2, 3, 1, 2, 4]] * 2)
     torch.testing.assert_close(output(position_ids=coupled), output(position_ids=coupled + 100), msg="offsets only")

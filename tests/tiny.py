@@ -4,7 +4,7 @@ them."""
 
 import torch
 
-from modeling_ndr import NDRConfig
+from modeling_ndr import NDRConfig, NDRModel
 
 
 def tiny_config(**overrides) -> NDRConfig:
@@ -19,6 +19,20 @@ def random_ids(batch: int, seq: int, seed: int) -> torch.LongTensor:
     ids = torch.randint(4, 12, (batch, seq), generator=torch.Generator().manual_seed(seed))
     ids[:, 0], ids[:, -1] = 2, 3
     return ids
+
+
+def left_padded_batch() -> tuple[torch.LongTensor, torch.LongTensor, torch.LongTensor]:
+    """Two rows of 7 token ids, the second left-padded by two, its attention mask, and the position ids a model
+    gives such a batch by default (each real token's index): `(ids, mask, counted)`."""
+    ids, mask = random_ids(2, 7, seed=1), torch.ones(2, 7, dtype=torch.long)
+    mask[1, :2] = 0
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def encoder_or_head_output(model, ids, mask, **kwargs) -> torch.Tensor:
+    """`last_hidden_state` of an `NDRModel`, the `logits` of a model with a head."""
+    result = model(ids, attention_mask=mask, **kwargs)
+    return result.last_hidden_state if isinstance(model, NDRModel) else result.logits
 
 
 # the train.py flags of a tiny CTL run (backward: the direction that fits in a few steps), as `tiny_train_args` gives
