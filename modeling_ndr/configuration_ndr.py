@@ -10,6 +10,7 @@ import numbers
 
 from transformers import PreTrainedConfig
 
+from .position_coupling import COUPLED_TASKS, COUPLING_WORDS
 
 # Every allowed value of every choice-valued field is listed here and only here; the model keys its classes by them.
 ATTENTION_TYPES = ("geometric", "softmax")  # how scores become weights
@@ -88,6 +89,14 @@ class NDRConfig(PreTrainedConfig):
             learned key `a_t` per offset. With position coupling (the token tasks' `--position_coupling`) and
             `w = 1`, a blank finds the symbol that shares its id at any length. Added to the `position_encoding`
             term; 0: none.
+        position_coupling (`str`, *optional*):
+            `"copy"`, `"reverse"` or `"addition"`: where `forward` is given no `position_ids`, it computes the token
+            task's coupled positions from `input_ids` (a symbol and the blank that answers it share an id;
+            `modeling_ndr.position_coupling`), so that a model trained with `train.py --position_coupling` answers
+            the same through the pipeline and the tokenizer, which give no position ids. Needs a model that reads
+            position ids and `position_coupling_token_ids`. None: position ids are only what `forward` is given.
+        position_coupling_token_ids (`dict`, *optional*):
+            With `position_coupling`: the token ids of the words the rule finds, `{"=": id}` (addition also `"+"`).
         attention_scores (`str`, *optional*, defaults to `"dot"`):
             `"dot"`: `q_i . k_j`; `"metric"`: metric-tensor attention, one projection `p` per head serving as query,
             key and value, scores `p_i^T M p_j / sqrt(d_head)` with a learned symmetric `M` per head.
@@ -181,6 +190,8 @@ class NDRConfig(PreTrainedConfig):
         attention_type="geometric",
         position_encoding="direction",
         relative_key_window=0,
+        position_coupling=None,
+        position_coupling_token_ids=None,
         attention_scores="dot",
         metric_tensor="symmetric",
         normalize_attention=False,
@@ -221,6 +232,8 @@ class NDRConfig(PreTrainedConfig):
         self.attention_type = attention_type
         self.position_encoding = position_encoding
         self.relative_key_window = relative_key_window
+        self.position_coupling = position_coupling
+        self.position_coupling_token_ids = position_coupling_token_ids
         self.attention_scores = attention_scores
         self.metric_tensor = metric_tensor
         self.normalize_attention = normalize_attention
@@ -314,6 +327,15 @@ def _one_of(values: tuple):
     return lambda value: None if isinstance(value, str) and value in values else f"expected one of {values}"
 
 
+def _token_ids(value):
+    if value is None:
+        return None
+    good = isinstance(value, dict) and all(
+        isinstance(word, str) and isinstance(i, int) and not isinstance(i, bool) and i >= 0 for word, i in value.items()
+    )
+    return None if good else "expected None or a dict of words to token ids, such as {'=': 5}"
+
+
 _PROBABILITY = _number(0.0, 1.0, open_high=True)
 
 # The NDR's own fields and what each accepts; checked when a field is set, and all together by `validate()`.
@@ -332,6 +354,8 @@ FIELD_RULES = {
     "attention_type": _one_of(ATTENTION_TYPES),
     "position_encoding": _one_of(POSITION_ENCODINGS),
     "relative_key_window": _integer(minimum=0),
+    "position_coupling": lambda value: None if value is None else _one_of(COUPLED_TASKS)(value),
+    "position_coupling_token_ids": _token_ids,
     "attention_scores": _one_of(ATTENTION_SCORES),
     "metric_tensor": _one_of(METRIC_TENSORS),
     "normalize_attention": _flag,
@@ -372,6 +396,18 @@ COMBINATION_RULES = (
         ("relative_key_window", "attention_scores"),
         lambda c: c.relative_key_window == 0 or c.attention_scores == "dot",
         "relative position keys are added to a query's scores; metric scores have no query of their own",
+    ),
+    (
+        ("position_coupling", "position_encoding", "relative_key_window"),
+        lambda c: c.position_coupling is None or c.reads_position_ids,
+        "coupled positions are read by position_encoding='absolute' or relative position keys (relative_key_window "
+        ">= 1); this model would not read them",
+    ),
+    (
+        ("position_coupling", "position_coupling_token_ids"),
+        lambda c: c.position_coupling is None
+        or set(COUPLING_WORDS[c.position_coupling]) <= set(c.position_coupling_token_ids or {}),
+        "the rule finds the words of the task's rows by their ids: give {'=': id} (addition: also '+')",
     ),
     (
         ("halting", "adaptive_steps"),

@@ -48,6 +48,7 @@ from .attention_ndr import (
 from .configuration_ndr import NDRConfig, as_python_scalar
 from .dropout_ndr import NDRDropout
 from .geometric_ndr import geometric_attention_weights
+from .position_coupling import check_coupled_rows, coupled_position_ids
 
 
 class NDRUpdate(nn.Module):
@@ -535,9 +536,10 @@ NDR_FORWARD_ARGS = r"""
     position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)` or `(1, sequence_length)`, *optional*):
         The position of each token, read by the sinusoidal encodings of `position_encoding="absolute"` and by the
         relative position keys of `relative_key_window > 0` (no other encoding reads them); defaults to each token's
-        index among the real tokens. Tokens may share a position: giving
-        the tokens that belong together one position ("position coupling", e.g. the i-th input symbol and the i-th
-        answer blank of a copy task) is what the token tasks' `position_coupling` does.
+        index among the real tokens, or, with `config.position_coupling`, the coupled positions computed from
+        `input_ids`. Tokens may share a position: giving the tokens that belong together one position ("position
+        coupling", e.g. the i-th input symbol and the i-th answer blank of a copy task) is what the token tasks'
+        `position_coupling` does.
 """
 
 
@@ -582,9 +584,12 @@ class NDRModel(NDRPreTrainedModel):
     ) -> NDRModelOutput:
         batch, seq = check_inputs(input_ids, attention_mask, inputs_embeds)
         check_position_ids(position_ids, batch, seq, self.config)
-        if may_read_values(self.training, (input_ids if input_ids is not None else inputs_embeds).device):
+        reads_values = may_read_values(self.training, (input_ids if input_ids is not None else inputs_embeds).device)
+        if reads_values:
             check_input_values(attention_mask)
         config = self.config
+        if position_ids is None and config.position_coupling is not None:  # the ids the model trained with
+            position_ids = self._coupled_position_ids(input_ids, attention_mask, reads_values)
         adaptive = config.adaptive_steps if adaptive_steps is None else bool(adaptive_steps)
         adaptive = adaptive and not self.training
         if adaptive and num_steps is None:
@@ -631,6 +636,24 @@ class NDRModel(NDRPreTrainedModel):
                 position_ids=relative_ids,
             )  # fmt: skip
         return NDRModelOutput(last_hidden_state=hidden_states)
+
+    def _coupled_position_ids(
+        self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, check: bool
+    ) -> torch.Tensor:
+        """`config.position_coupling`'s position ids, computed from `input_ids` (`position_coupling.py`); `check`: the
+        rows are checked first (a host sync, where `may_read_values` allows one)."""
+        config = self.config
+        if input_ids is None:
+            raise ValueError(
+                f"NDRConfig.position_coupling={config.position_coupling!r} computes position ids from input_ids; "
+                "with inputs_embeds, give position_ids as well."
+            )
+        token_ids = config.position_coupling_token_ids
+        if check:
+            check_coupled_rows(
+                input_ids, attention_mask, config.position_coupling, token_ids, config.bos_token_id, config.eos_token_id
+            )
+        return coupled_position_ids(input_ids, attention_mask, config.position_coupling, token_ids)
 
     def _real_columns(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         if attention_mask is None:

@@ -4,14 +4,20 @@ column with its training offsets, its padding in a batch, and a run of `train.py
 
 import functools
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 from scripts import load_script
+from test_token_classification import REMOTE_CODE
 from tiny import encoder_or_head_output, left_padded_batch, random_ids, tiny_config
+from transformers import pipeline
 
 import modeling_ndr
 from modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification, NDRModel
+from modeling_ndr.position_coupling import COUPLING_WORDS, coupled_position_ids
 from modeling_ndr.tasks import coupled_positions, load_token_task, token_task_label_names, token_task_tokenizer
 from modeling_ndr.tasks.token_tasks import addition_row, string_row
 from modeling_ndr.training import UsageError
@@ -92,6 +98,112 @@ def test_position_ids_are_refused_by_a_model_without_absolute_positions_and_thei
         torch.testing.assert_close(one_row, model(ids, position_ids=torch.tensor([[0, 1, 1, 2, 3]] * 2)).logits),
         ("one row of positions (1, seq) serves the whole batch"),
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NDRConfig.position_coupling: the model computes the ids from input_ids (the pipeline and a release give none)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def coupling_words(task: str) -> dict:
+    tokenizer = token_task_tokenizer(task)
+    return {word: tokenizer.convert_tokens_to_ids(word) for word in COUPLING_WORDS[task]}
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("task", ["copy", "reverse", "addition"])
+def test_the_model_s_rule_gives_every_row_the_positions_the_words_get(tmp_path, task, side):
+    rows = load_token_task(task, seed=3, n_train=40, n_eval=2, cache_dir=str(tmp_path))
+    texts = list(rows["train"]["text"][:12]) + list(rows[list(rows)[2]]["text"])  # short training rows beside longer ones
+    tokenizer = token_task_tokenizer(task)
+    tokenizer.padding_side = side
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    ids = coupled_position_ids(encoded["input_ids"], encoded["attention_mask"], task, coupling_words(task))
+    for row, text in enumerate(texts):
+        words = coupled_positions(task, text.split())
+        real = encoded["attention_mask"][row].bool()
+        assert ids[row][real].tolist() == [0, *words, max(words) + 1], f"{task}, {side} padding: {text}"
+        assert not ids[row][~real].any(), "0 at the padding"
+    alone = coupled_position_ids(encoded["input_ids"][:1][:, encoded["attention_mask"][0].bool()], None, task,
+                                 coupling_words(task))  # fmt: skip
+    assert alone.tolist()[0] == ids[0][encoded["attention_mask"][0].bool()].tolist(), "no mask: no padding"
+
+
+def coupled_copy_model(**overrides) -> NDRForTokenClassification:
+    tokenizer = token_task_tokenizer("copy")
+    labels = token_task_label_names("copy")
+    torch.manual_seed(0)
+    fields = dict(vocab_size=len(tokenizer), num_labels=len(labels), id2label=dict(enumerate(labels)),
+                  label2id={name: i for i, name in enumerate(labels)}, relative_key_window=1,
+                  position_coupling="copy", position_coupling_token_ids=coupling_words("copy"))  # fmt: skip
+    config = tiny_config(**{**fields, **overrides})
+    return NDRForTokenClassification(config).eval()
+
+
+@pytest.mark.parametrize("overrides", [{}, {"halting": "act"}, {"adaptive_steps": True}, {"relative_key_window": 0,
+                                       "position_encoding": "absolute"}])  # fmt: skip
+def test_a_coupled_model_given_no_ids_answers_as_given_the_coupled_ids(overrides):
+    model = coupled_copy_model(**overrides)
+    tokenizer = token_task_tokenizer("copy")
+    tokenizer.padding_side = "left"
+    encoded = tokenizer(["3 1 4 1 = _ _ _ _", "2 7 = _ _"], padding=True, return_tensors="pt")
+    ids = coupled_position_ids(encoded["input_ids"], encoded["attention_mask"], "copy", coupling_words("copy"))
+    with torch.no_grad():
+        computed, given = model(**encoded).logits, model(**encoded, position_ids=ids).logits
+        model.config.position_coupling = None
+        plain = model(**encoded).logits
+    torch.testing.assert_close(computed, given, msg="the computed ids are the coupled ones")
+    assert not torch.allclose(computed, plain), "and not the token indices"
+
+
+def test_a_coupled_model_names_a_row_it_cannot_read_and_needs_input_ids():
+    model = coupled_copy_model()
+    tokenizer = token_task_tokenizer("copy")
+    for text, problem in (("3 1 = _", "as many words after `=` as before"), ("3 1 _ _", "holds 0 `=`")):
+        with pytest.raises(ValueError, match=f"position_coupling='copy' .* row 0 is not a copy row: it (does not hold )?"
+                                             f"{problem}"):  # fmt: skip
+            model(**tokenizer(text, return_tensors="pt"))
+    with pytest.raises(ValueError, match="does not start with \\[BOS\\]"):
+        model(torch.tensor([[5, 14, 6, 15, 3]]))
+    with pytest.raises(ValueError, match="with inputs_embeds, give position_ids as well"):
+        model(inputs_embeds=torch.zeros(1, 5, 16))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"position_coupling": "carry"}, "NDRConfig.position_coupling='carry' is invalid: expected one of"),
+        ({"position_coupling": "copy", "position_coupling_token_ids": {"=": 5}}, "would not read them"),
+        ({"position_coupling": "addition", "relative_key_window": 1, "position_coupling_token_ids": {"=": 5}},
+         "give {'=': id} \\(addition: also '\\+'\\)"),
+        ({"position_coupling_token_ids": {"=": "5"}}, "position_coupling_token_ids=.* expected None or a dict"),
+    ],
+)
+def test_a_coupling_the_config_cannot_use_names_its_fields(fields, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**fields)
+
+
+def test_the_pipeline_and_remote_code_answer_a_coupled_export_with_the_coupled_ids(tmp_path):
+    model, tokenizer = coupled_copy_model(), token_task_tokenizer("copy")
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    text = "3 1 4 1 5 = _ _ _ _ _"
+    encoded = tokenizer(text, return_tensors="pt")
+    ids = coupled_position_ids(encoded["input_ids"], None, "copy", coupling_words("copy"))
+    with torch.no_grad():
+        expected = model(**encoded, position_ids=ids).logits
+    tag = pipeline("token-classification", model=str(tmp_path / "saved"), ignore_labels=[])
+    answers = [entry["entity"] for entry in tag(text)]
+    assert answers == [model.config.id2label[i] for i in expected[0, 1:-1].argmax(-1).tolist()]
+    torch.save(encoded["input_ids"], tmp_path / "ids.pt")
+    (tmp_path / "load.py").write_text(REMOTE_CODE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "load.py", str(tmp_path / "saved"), str(tmp_path / "ids.pt")],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "saved" / "position_coupling.py").is_file(), "the rule's module ships with the code"
+    torch.testing.assert_close(torch.tensor(eval(result.stdout.strip().splitlines()[-1].split(" ", 1)[1])), expected)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -204,6 +316,9 @@ def test_a_coupled_run_hands_the_positions_to_the_model_in_training_and_evaluati
     assert max(training) > 42, "training positions shifted past the 42 of a 40-symbol row"
     assert evaluation and all(top is not None for top in evaluation), "every evaluation batch carries them"
     assert max(evaluation) == 402, "test_400 unshifted: [BOS] 0, symbols 1-400, `=` 401, [EOS] 402"
+    config = json.loads((tmp_path / "run" / "export" / "config.json").read_text())
+    assert config["position_coupling"] == "copy", "the export computes the ids where the pipeline gives none"
+    assert config["position_coupling_token_ids"] == coupling_words("copy")
 
 
 def test_evaluate_model_gives_a_coupled_model_its_positions_and_refuses_them_elsewhere(tmp_path, monkeypatch, capsys):

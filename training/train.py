@@ -45,6 +45,7 @@ from transformers import DataCollatorWithPadding, set_seed
 import modeling_ndr
 from modeling_ndr.geometric_ndr import cpu_kernel_available, kernel_mode
 from modeling_ndr.metrics import load_token_accuracy
+from modeling_ndr.position_coupling import COUPLING_WORDS
 from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
 from modeling_ndr.training import (
     EVAL_SPLITS,
@@ -181,6 +182,11 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
             f"read; this model has position_encoding={model.config.position_encoding} and relative_key_window=0 "
             "(--config_overrides relative_key_window=1, or position_encoding=absolute)"
         )
+    if data_args.position_coupling:  # and where no ids are given (the pipeline, a release), the model computes them
+        model.config.position_coupling = data_args.task
+        model.config.position_coupling_token_ids = {
+            word: tokenizer.convert_tokens_to_ids(word) for word in COUPLING_WORDS[data_args.task]
+        }
 
     # ---- the data: the task generated (once, then cached), tokenized
     data_started = time.time()

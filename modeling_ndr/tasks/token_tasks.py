@@ -27,6 +27,7 @@ A row is a list of tokens and a list of labels of the same length, `None` where 
 
 import random
 
+from ..position_coupling import COUPLED_TASKS  # the tasks whose rows `coupled_positions` reads
 from .common import DIGITS
 
 
@@ -143,7 +144,6 @@ def carry_row(first: str, second: str) -> tuple[list[str], list[str]]:
     return ["00", *(a + b for a, b in zip(first, second))], list(answer)
 
 
-COUPLED_TASKS = ("copy", "reverse", "addition")  # the tasks whose rows `coupled_positions` reads
 
 
 def coupled_positions(task: str, words: list[str]) -> list[int]:
