@@ -102,6 +102,10 @@ RELEASES = {
     # one output per digit position (the carry task of docs/token-tasks.md): the NDR of make compare-tokens, whose
     # run is this preset's (copied to outputs/carry_cpu)
     "ndr-addition": Release("carry_cpu", "carry_cpu"),
+    # the Universal Transformer's copy and reverse (docs/token-tasks.md): coupled positions read by relative keys; the
+    # model computes its coupled ids itself (config.position_coupling), so the pipeline answers as training scored
+    "ndr-copy": Release("copy_cpu", "copy_cpu"),
+    "ndr-reverse": Release("reverse_cpu", "reverse_cpu"),
 }
 # make gpu-release TASK=<task>: a release's line on this machine's GPUs (each call resumes it for MINUTES); a release
 # without a line starts one of the paper-size preset here. The work folder is the release's, whatever the device.
