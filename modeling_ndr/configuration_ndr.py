@@ -12,6 +12,7 @@ from transformers import PreTrainedConfig
 
 from .position_coupling import COUPLED_TASKS, COUPLING_WORDS
 
+
 # Every allowed value of every choice-valued field is listed here and only here; the model keys its classes by them.
 ATTENTION_TYPES = ("geometric", "softmax")  # how scores become weights
 POSITION_ENCODINGS = ("direction", "absolute", "relative", "gated", "none")
@@ -96,7 +97,8 @@ class NDRConfig(PreTrainedConfig):
             the same through the pipeline and the tokenizer, which give no position ids. Needs a model that reads
             position ids and `position_coupling_token_ids`. None: position ids are only what `forward` is given.
         position_coupling_token_ids (`dict`, *optional*):
-            With `position_coupling`: the token ids of the words the rule finds, `{"=": id}` (addition also `"+"`).
+            With `position_coupling`: the ids of the words the rule finds, `{"=": id}` (addition also `"+"`; the
+            blank's, `"_"`, optional, checks the rows more closely).
         attention_scores (`str`, *optional*, defaults to `"dot"`):
             `"dot"`: `q_i . k_j`; `"metric"`: metric-tensor attention, one projection `p` per head serving as query,
             key and value, scores `p_i^T M p_j / sqrt(d_head)` with a learned symmetric `M` per head.
@@ -330,9 +332,8 @@ def _one_of(values: tuple):
 def _token_ids(value):
     if value is None:
         return None
-    good = isinstance(value, dict) and all(
-        isinstance(word, str) and isinstance(i, int) and not isinstance(i, bool) and i >= 0 for word, i in value.items()
-    )
+    ids = value.values() if isinstance(value, dict) else [None]
+    good = all(isinstance(word, str) for word in value) and all(type(i) is int and i >= 0 for i in ids)
     return None if good else "expected None or a dict of words to token ids, such as {'=': 5}"
 
 
@@ -405,8 +406,7 @@ COMBINATION_RULES = (
     ),
     (
         ("position_coupling", "position_coupling_token_ids"),
-        lambda c: c.position_coupling is None
-        or set(COUPLING_WORDS[c.position_coupling]) <= set(c.position_coupling_token_ids or {}),
+        lambda c: set(COUPLING_WORDS.get(c.position_coupling, ())) <= set(c.position_coupling_token_ids or {}),
         "the rule finds the words of the task's rows by their ids: give {'=': id} (addition: also '+')",
     ),
     (

@@ -648,12 +648,10 @@ class NDRModel(NDRPreTrainedModel):
                 f"NDRConfig.position_coupling={config.position_coupling!r} computes position ids from input_ids; "
                 "with inputs_embeds, give position_ids as well."
             )
-        token_ids = config.position_coupling_token_ids
+        task, token_ids = config.position_coupling, config.position_coupling_token_ids
         if check:
-            check_coupled_rows(
-                input_ids, attention_mask, config.position_coupling, token_ids, config.bos_token_id, config.eos_token_id
-            )
-        return coupled_position_ids(input_ids, attention_mask, config.position_coupling, token_ids)
+            check_coupled_rows(input_ids, attention_mask, task, token_ids, config.bos_token_id, config.eos_token_id)
+        return coupled_position_ids(input_ids, attention_mask, task, token_ids)
 
     def _real_columns(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         if attention_mask is None:

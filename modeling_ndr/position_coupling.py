@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import torch
 
+
 COUPLED_TASKS = ("copy", "reverse", "addition")  # as `modeling_ndr.tasks.COUPLED_TASKS`
 COUPLING_WORDS = {"copy": ("=",), "reverse": ("=",), "addition": ("+", "=")}  # the words whose ids the rule needs
+BLANK = "_"  # the answer blank: its id (optional in the config) lets `check_coupled_rows` check the blanks too
 
 
 def coupled_position_ids(
@@ -63,12 +65,15 @@ def check_coupled_rows(
     input_ids: torch.Tensor, attention_mask: torch.Tensor | None, task: str, token_ids: dict, bos: int, eos: int
 ) -> None:
     """Raise a `ValueError` naming the first row that is not `[BOS] words [EOS]` of `task` (copy, reverse: symbols,
-    `=`, one blank per symbol; addition: digits, `+`, digits, `=`, blanks). Reads the values (a host sync)."""
+    `=`, one blank per symbol; addition: operands, `+`, operands, `=`, blanks). Where `token_ids` holds the blank's
+    (`_`), the blanks are checked to be blanks and the symbols not to be. Reads the values (a host sync)."""
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask != 0
+    blank = token_ids.get(BLANK)
     for row, (ids, mask) in enumerate(zip(input_ids.tolist(), real.tolist())):
         tokens = [token for token, keep in zip(ids, mask) if keep]
         words = tokens[1:-1]
         problem = None
+        equals = words.index(token_ids["="]) if token_ids["="] in words else -1
         if len(tokens) < 2 or tokens[0] != bos or tokens[-1] != eos:
             problem = f"it does not start with [BOS] (id {bos}) and end with [EOS] (id {eos}) as the tokenizer writes"
         elif words.count(token_ids["="]) != 1:
@@ -77,9 +82,13 @@ def check_coupled_rows(
             problem = "it does not hold as many words after `=` as before it (one blank per symbol)"
         elif task == "addition":
             plus = [position for position, token in enumerate(words) if token == token_ids["+"]]
-            equals = words.index(token_ids["="])
             if len(plus) != 1 or not 0 < plus[0] < equals - 1 or equals == len(words) - 1:
                 problem = "it is not digits, one `+`, digits, `=`, blanks"
+        if not problem and blank is not None:
+            if set(words[equals + 1 :]) != {blank}:
+                problem = f"a word after `=` is not the blank `_` (id {blank})"
+            elif blank in words[:equals]:
+                problem = f"the blank `_` (id {blank}) stands before `=`"
         if problem:
             raise ValueError(
                 f"NDRConfig.position_coupling={task!r} computes position ids from input_ids, but row {row} is not a "
@@ -87,4 +96,4 @@ def check_coupled_rows(
             )
 
 
-__all__ = ["COUPLED_TASKS", "COUPLING_WORDS", "check_coupled_rows", "coupled_position_ids"]
+__all__ = ["BLANK", "COUPLED_TASKS", "COUPLING_WORDS", "check_coupled_rows", "coupled_position_ids"]

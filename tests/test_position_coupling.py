@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import datasets
 import pytest
 import torch
 from scripts import load_script
@@ -17,7 +18,7 @@ from transformers import pipeline
 
 import modeling_ndr
 from modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification, NDRModel
-from modeling_ndr.position_coupling import COUPLING_WORDS, coupled_position_ids
+from modeling_ndr.position_coupling import BLANK, COUPLING_WORDS, coupled_position_ids
 from modeling_ndr.tasks import coupled_positions, load_token_task, token_task_label_names, token_task_tokenizer
 from modeling_ndr.tasks.token_tasks import addition_row, string_row
 from modeling_ndr.training import UsageError
@@ -105,37 +106,40 @@ def test_position_ids_are_refused_by_a_model_without_absolute_positions_and_thei
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def coupling_words(task: str) -> dict:
+def coupling_words(task: str, blank: bool = False) -> dict:
     tokenizer = token_task_tokenizer(task)
-    return {word: tokenizer.convert_tokens_to_ids(word) for word in COUPLING_WORDS[task]}
+    return {word: tokenizer.convert_tokens_to_ids(word) for word in (*COUPLING_WORDS[task], *[BLANK] * blank)}
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("task", ["copy", "reverse", "addition"])
 def test_the_model_s_rule_gives_every_row_the_positions_the_words_get(tmp_path, task, side):
     rows = load_token_task(task, seed=3, n_train=40, n_eval=2, cache_dir=str(tmp_path))
-    texts = list(rows["train"]["text"][:12]) + list(rows[list(rows)[2]]["text"])  # short training rows beside longer ones
+    texts = list(rows["train"]["text"][:12]) + list(rows[list(rows)[2]]["text"])  # short rows beside longer ones
     tokenizer = token_task_tokenizer(task)
     tokenizer.padding_side = side
     encoded = tokenizer(texts, padding=True, return_tensors="pt")
     ids = coupled_position_ids(encoded["input_ids"], encoded["attention_mask"], task, coupling_words(task))
+    label2id = {name: i for i, name in enumerate(token_task_label_names(task))}
+    column = encode_token_task(datasets.DatasetDict({"rows": datasets.Dataset.from_dict({
+        "text": texts, "label": [[None] * len(text.split()) for text in texts]})}), tokenizer, label2id, task
+    )["rows"]["position_ids"]  # what training gives the model (train.py --position_coupling)  # fmt: skip
     for row, text in enumerate(texts):
-        words = coupled_positions(task, text.split())
         real = encoded["attention_mask"][row].bool()
-        assert ids[row][real].tolist() == [0, *words, max(words) + 1], f"{task}, {side} padding: {text}"
+        assert ids[row][real].tolist() == column[row], f"{task}, {side} padding: {text}"
         assert not ids[row][~real].any(), "0 at the padding"
     alone = coupled_position_ids(encoded["input_ids"][:1][:, encoded["attention_mask"][0].bool()], None, task,
                                  coupling_words(task))  # fmt: skip
     assert alone.tolist()[0] == ids[0][encoded["attention_mask"][0].bool()].tolist(), "no mask: no padding"
 
 
-def coupled_copy_model(**overrides) -> NDRForTokenClassification:
+def coupled_copy_model(**overrides) -> NDRForTokenClassification:  # the blank's id too, as train.py writes it
     tokenizer = token_task_tokenizer("copy")
     labels = token_task_label_names("copy")
     torch.manual_seed(0)
     fields = dict(vocab_size=len(tokenizer), num_labels=len(labels), id2label=dict(enumerate(labels)),
-                  label2id={name: i for i, name in enumerate(labels)}, relative_key_window=1,
-                  position_coupling="copy", position_coupling_token_ids=coupling_words("copy"))  # fmt: skip
+                  label2id={name: i for i, name in enumerate(labels)}, relative_key_window=1, position_coupling="copy",
+                  position_coupling_token_ids=coupling_words("copy", blank=True))  # fmt: skip
     config = tiny_config(**{**fields, **overrides})
     return NDRForTokenClassification(config).eval()
 
@@ -159,9 +163,14 @@ def test_a_coupled_model_given_no_ids_answers_as_given_the_coupled_ids(overrides
 def test_a_coupled_model_names_a_row_it_cannot_read_and_needs_input_ids():
     model = coupled_copy_model()
     tokenizer = token_task_tokenizer("copy")
-    for text, problem in (("3 1 = _", "as many words after `=` as before"), ("3 1 _ _", "holds 0 `=`")):
-        with pytest.raises(ValueError, match=f"position_coupling='copy' .* row 0 is not a copy row: it (does not hold )?"
-                                             f"{problem}"):  # fmt: skip
+    for text, problem in (
+        ("3 1 = _", "as many words after `=` as before"),
+        ("3 1 _ _", "holds 0 `=`"),
+        ("3 1 4 = _ 1 _", "a word after `=` is not the blank"),
+        ("3 _ 4 = _ _ _", "the blank"),
+    ):
+        message = f"position_coupling='copy' .* row 0 is not a copy row: (it )?(does not hold )?{problem}"
+        with pytest.raises(ValueError, match=message):
             model(**tokenizer(text, return_tensors="pt"))
     with pytest.raises(ValueError, match="does not start with \\[BOS\\]"):
         model(torch.tensor([[5, 14, 6, 15, 3]]))
@@ -174,8 +183,10 @@ def test_a_coupled_model_names_a_row_it_cannot_read_and_needs_input_ids():
     [
         ({"position_coupling": "carry"}, "NDRConfig.position_coupling='carry' is invalid: expected one of"),
         ({"position_coupling": "copy", "position_coupling_token_ids": {"=": 5}}, "would not read them"),
-        ({"position_coupling": "addition", "relative_key_window": 1, "position_coupling_token_ids": {"=": 5}},
-         "give {'=': id} \\(addition: also '\\+'\\)"),
+        (
+            {"position_coupling": "addition", "relative_key_window": 1, "position_coupling_token_ids": {"=": 5}},
+            "give {'=': id} \\(addition: also '\\+'\\)",
+        ),
         ({"position_coupling_token_ids": {"=": "5"}}, "position_coupling_token_ids=.* expected None or a dict"),
     ],
 )
@@ -318,7 +329,23 @@ def test_a_coupled_run_hands_the_positions_to_the_model_in_training_and_evaluati
     assert max(evaluation) == 402, "test_400 unshifted: [BOS] 0, symbols 1-400, `=` 401, [EOS] 402"
     config = json.loads((tmp_path / "run" / "export" / "config.json").read_text())
     assert config["position_coupling"] == "copy", "the export computes the ids where the pipeline gives none"
-    assert config["position_coupling_token_ids"] == coupling_words("copy")
+    assert config["position_coupling_token_ids"] == coupling_words("copy", blank=True)
+
+
+def test_a_coupled_model_fine_tuned_on_other_rows_trains_on_token_indices(tmp_path, caplog):
+    train([*TINY_COPY, "--config_overrides", "relative_key_window=1", "--position_coupling",
+           "--output_dir", str(tmp_path / "copy")])  # fmt: skip
+    copy = json.loads((tmp_path / "copy" / "export" / "config.json").read_text())
+    assert copy["position_coupling"] == "copy" and copy["position_coupling_token_ids"] == {"=": 14, "_": 15}
+    tuned = [*TINY_COPY, "--model_name_or_path", str(tmp_path / "copy" / "export")]
+    train([*tuned, "--output_dir", str(tmp_path / "same")])  # its own task: the model still computes the ids
+    assert json.loads((tmp_path / "same" / "export" / "config.json").read_text())["position_coupling"] == "copy"
+    with caplog.at_level("WARNING", logger="ndr.train"):
+        train([*tuned[: tuned.index("copy")], "reverse", *tuned[tuned.index("copy") + 1 :],
+               "--output_dir", str(tmp_path / "reverse")])  # fmt: skip
+    assert "computed copy's coupled positions" in caplog.text, "said, not silent"
+    reverse = json.loads((tmp_path / "reverse" / "export" / "config.json").read_text())
+    assert reverse["position_coupling"] is None and reverse["position_coupling_token_ids"] is None
 
 
 def test_evaluate_model_gives_a_coupled_model_its_positions_and_refuses_them_elsewhere(tmp_path, monkeypatch, capsys):

@@ -45,7 +45,7 @@ from transformers import DataCollatorWithPadding, set_seed
 import modeling_ndr
 from modeling_ndr.geometric_ndr import cpu_kernel_available, kernel_mode
 from modeling_ndr.metrics import load_token_accuracy
-from modeling_ndr.position_coupling import COUPLING_WORDS
+from modeling_ndr.position_coupling import BLANK, COUPLING_WORDS
 from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
 from modeling_ndr.training import (
     EVAL_SPLITS,
@@ -185,8 +185,14 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     if data_args.position_coupling:  # and where no ids are given (the pipeline, a release), the model computes them
         model.config.position_coupling = data_args.task
         model.config.position_coupling_token_ids = {
-            word: tokenizer.convert_tokens_to_ids(word) for word in COUPLING_WORDS[data_args.task]
+            word: tokenizer.convert_tokens_to_ids(word) for word in (*COUPLING_WORDS[data_args.task], BLANK)
         }
+    elif model.config.position_coupling not in (None, data_args.task):  # a coupled release fine-tuned on other rows
+        coupled = model.config.position_coupling
+        logger.warning("%s computed %s's coupled positions (config.position_coupling); this run's data is not %s "
+                       "rows, so it trains with each token's index as its position (--position_coupling couples a "
+                       "copy, reverse or addition task)", model_args.model_name_or_path, coupled, coupled)  # fmt: skip
+        model.config.position_coupling = model.config.position_coupling_token_ids = None
 
     # ---- the data: the task generated (once, then cached), tokenized
     data_started = time.time()

@@ -144,8 +144,6 @@ def carry_row(first: str, second: str) -> tuple[list[str], list[str]]:
     return ["00", *(a + b for a, b in zip(first, second))], list(answer)
 
 
-
-
 def coupled_positions(task: str, words: list[str]) -> list[int]:
     """Position ids for a row's words that give the words which belong together one position ("position coupling",
     Cho et al., 2024): the position a model with `position_encoding="absolute"` reads instead of each word's index.

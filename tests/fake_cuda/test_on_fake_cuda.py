@@ -71,6 +71,18 @@ def test_a_bf16_training_step_reads_nothing_on_the_host(variant, fake_cuda):
         assert parameter.device.type == "cuda" and parameter.dtype == torch.float32, (name, parameter.dtype)
 
 
+def test_a_coupled_model_computes_its_position_ids_in_training_without_host_reads(fake_cuda):
+    """`config.position_coupling` (a release's fine-tuning): the ids are computed from the tokens on the device; the
+    row check, which reads them, runs only where `may_read_values` allows it (not in a GPU training step)."""
+    config = variant_config("ndr", relative_key_window=1, position_coupling="copy",
+                            position_coupling_token_ids={"=": 5, "_": 6})  # fmt: skip
+    model = fake_cuda_model(config)
+    optimizer, batch = adamw(model), cuda_batch()
+    with HostReads() as reads:
+        loss = training_step(model, batch, optimizer)
+    assert reads.reads == [] and loss.device.type == "cuda"
+
+
 def test_autocast_is_on_in_the_simulated_training_step(fake_cuda):
     """Without it the dtype checks would pass with autocast off, as `torch.autocast("cuda")` is on a machine without
     CUDA unless `cuda_autocast` makes it."""
@@ -201,7 +213,7 @@ def test_adaptive_steps_recording_outputs_read_once_per_step_whether_any_sample_
 
 # the files a remote-code copy of the model holds
 MODEL_FILES = ("configuration_ndr.py", "modeling_ndr.py", "attention_ndr.py", "geometric_ndr.py", "dropout_ndr.py",
-               "kernel_autograd_ndr.py")  # fmt: skip
+               "kernel_autograd_ndr.py", "position_coupling.py")  # fmt: skip
 
 
 def planted_copy(tmp_path, name: str, old: str, new: str):
