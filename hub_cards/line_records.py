@@ -131,8 +131,9 @@ def chunk_record(
         "start_step": start_step,
         "end_step": state["global_step"],
         "total_batch": total_batch,
-        "start_seconds": round(start_seconds, 1),
-        "seconds": round(training_clock(state) - start_seconds, 1),
+        "start_seconds": round(start_seconds, 3),
+        # to the millisecond: a short chunk (the tests' 2 steps) rounded to 0.0 s would read as "no chunk"
+        "seconds": round(training_clock(state) - start_seconds, 3),
         "device": run_config.get("machine", "unrecorded"),
         "precision": run_config.get("precision"),
         "processes": run_config.get("processes"),
