@@ -78,7 +78,7 @@ def check_coupled_rows(
             problem = f"it does not start with [BOS] (id {bos}) and end with [EOS] (id {eos}) as the tokenizer writes"
         elif words.count(token_ids["="]) != 1:
             problem = f"it holds {words.count(token_ids['='])} `=` (id {token_ids['=']}), not one"
-        elif task in ("copy", "reverse") and len(words) != 2 * words.index(token_ids["="]) + 1:
+        elif task in ("copy", "reverse") and len(words) != 2 * equals + 1:
             problem = "it does not hold as many words after `=` as before it (one blank per symbol)"
         elif task == "addition":
             plus = [position for position, token in enumerate(words) if token == token_ids["+"]]
