@@ -320,7 +320,7 @@ def test_a_coupled_run_hands_the_positions_to_the_model_in_training_and_evaluati
     monkeypatch.setattr(modeling_ndr.NDRForTokenClassification, "forward", recording)
     results = train([*TINY_COPY, "--config_overrides", reader, "--position_coupling",
                      "--max_position_offset", "500", "--output_dir", str(tmp_path / "run")])  # fmt: skip
-    assert set(results) == {"test_40", "test_100", "test_200", "test_400"}, "trained and evaluated at every length"
+    assert set(results) == {"test_40", "test_100", "test_200", "test_400", "valid_400"}, "evaluated at every length"
     training = [top for is_training, top in seen if is_training]
     evaluation = [top for is_training, top in seen if not is_training]
     assert training and all(top is not None for top in training), "every training batch carries position_ids"

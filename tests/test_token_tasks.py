@@ -162,6 +162,20 @@ def test_long_chain_splits_carry_through_at_least_half_of_the_positions(generate
                 assert 2 * chain >= row["length"], f"{split}: a chain of {chain} of {row['length']} positions: {row}"
 
 
+@pytest.mark.parametrize("name", ["copy", "reverse", "addition"])
+def test_the_validation_split_holds_other_rows_of_the_longest_length(generated, name):
+    """`valid_<n>` is for choosing a checkpoint at the longest length without reading `test_<n>`: the same kind of
+    rows (addition: both operands of n digits), drawn from a stream of their own."""
+    longest = max(length for split, (length, *_) in token_split_lengths(name).items() if split.startswith("test_"))
+    valid, test = generated[name][f"valid_{longest}"], generated[name][f"test_{longest}"]
+    assert set(valid["length"]) == {longest}, "the longest evaluation length"
+    assert not set(valid["text"]) & set(test["text"]), "no row of test_<n> in valid_<n>"
+    if name == "addition":
+        for text in valid["text"]:
+            first, second = text.split(" = ")[0].split(" + ")
+            assert len(first.split()) == len(second.split()) == longest, f"operands of {longest} digits: {text[:80]}"
+
+
 def test_random_operands_rarely_carry_far_and_train_mixes_in_long_chains(generated):
     """Why the long-chain splits exist: random operands almost never carry through half of 40 positions; train has a
     share of such rows (a quarter) so that a model sees carries travel."""

@@ -68,10 +68,13 @@ elsewhere) and `length`; copy, reverse and addition are read at the blanks `_` a
 
 | task       | train (default size)  | evaluation splits (500 rows each by default)                        |
 |------------|-----------------------|---------------------------------------------------------------------|
-| `copy`     | 1-40 (100,000)        | `test_40` (iid), `test_100`, `test_200`, `test_400`                 |
-| `reverse`  | 1-40 (100,000)        | `test_40` (iid), `test_100`, `test_200`, `test_400`                 |
-| `addition` | 1-20 (100,000)        | `test_20` (iid), `test_50`, `test_100`, `test_200`                  |
+| `copy`     | 1-40 (100,000)        | `test_40` (iid), `test_100`, `test_200`, `test_400`; `valid_400`    |
+| `reverse`  | 1-40 (100,000)        | `test_40` (iid), `test_100`, `test_200`, `test_400`; `valid_400`    |
+| `addition` | 1-20 (100,000)        | `test_20` (iid), `test_50`, `test_100`, `test_200`; `valid_200`     |
 | `carry`    | 1-40 (100,000)        | `test_<n>` and `long_chains_<n>` for n = 40 (iid), 100, 400, 1000   |
+
+`valid_<n>` holds other rows of the longest length, for choosing a checkpoint there (as `ood_valid` in the paper's
+tasks) without reading `test_<n>`.
 
 A quarter of the carry task's `train` rows, and every `long_chains_<n>` row, carries through at least half of its
 positions in one chain (like `999...9 + 000...1`), which random operands almost never do. Addition's evaluation rows

@@ -122,6 +122,8 @@ def token_split_description(name: str, split: str, seed: int, n_train: int, n_ev
         what = f"{n_train} rows, lengths {min(counts)}-{max(counts)} balanced"
         if name == "carry":
             what += f", a share of {TRAIN_LONG_CHAIN_SHARE} with a long carry chain"
+    elif family == "valid":
+        what = f"{n_eval} rows of length {length} for checkpoint selection (their own stream, not test_{length}'s)"
     elif family == "long_chains":
         what = f"{n_eval} rows of length {length} whose longest carry chain covers at least half of the positions"
     else:
@@ -154,9 +156,10 @@ def load_token_task(
 
     Returns:
         `datasets.DatasetDict` with the splits `TOKEN_SPLIT_NAMES[name]` (`train`, `test_<length>` per evaluation
-        length, and for `carry` also `long_chains_<length>`) and columns `text` (tokens separated by single spaces),
-        `labels` (one per token: a digit `"0"`-`"9"` where the answer is read, `None` elsewhere) and `length` (copy
-        and reverse: input symbols; addition: digits of the longer operand; carry: digit positions).
+        length, for `carry` also `long_chains_<length>`, for the others `valid_<longest length>`) and columns `text`
+        (tokens separated by single spaces), `labels` (one per token: a digit `"0"`-`"9"` where the answer is read,
+        `None` elsewhere) and `length` (copy and reverse: input symbols; addition: digits of the longer operand; carry:
+        digit positions).
     """
     check_token_task_name(name)
     check_seed(seed)

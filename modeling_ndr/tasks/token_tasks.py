@@ -40,6 +40,9 @@ TOKEN_GENERATOR_VERSION = 1
 # Lengths of each task (see the table above for what a length counts): `train` has every length up to the first
 # evaluation length; each evaluation split has one length. The carry task evaluates each length twice, on random
 # operands (`test_<n>`) and on long carry chains (`long_chains_<n>`).
+# The string tasks also have a validation split at their longest length (`valid_<n>`: rows of its own stream, none
+# of them a row of `test_<n>` but by chance), for checkpoint selection at the length that matters, as the paper's
+# tasks select on `ood_valid`. The carry task selects on `test_100` (a `valid_1000` would slow every evaluation).
 TRAIN_MAX_LENGTH = {"copy": 40, "reverse": 40, "addition": 20, "carry": 40}
 EVAL_LENGTHS = {
     "copy": (40, 100, 200, 400),
@@ -47,11 +50,13 @@ EVAL_LENGTHS = {
     "addition": (20, 50, 100, 200),
     "carry": (40, 100, 400, 1000),
 }
+VALID_LENGTHS = {"copy": 400, "reverse": 400, "addition": 200}
 TOKEN_SPLIT_NAMES = {
     name: (
         "train",
         *(f"test_{length}" for length in lengths),
         *(f"long_chains_{length}" for length in lengths if name == "carry"),
+        *((f"valid_{VALID_LENGTHS[name]}",) if name in VALID_LENGTHS else ()),
     )
     for name, lengths in EVAL_LENGTHS.items()
 }
@@ -61,7 +66,7 @@ TRAIN_LONG_CHAIN_SHARE = 0.25
 
 _TASK_CODES = {"copy": 1, "reverse": 2, "addition": 3, "carry": 4}
 # `shuffle` seeds the stream that shuffles `train`
-_FAMILY_CODES = {"train": 1, "test": 2, "long_chains": 3, "shuffle": 4}
+_FAMILY_CODES = {"train": 1, "test": 2, "long_chains": 3, "shuffle": 4, "valid": 5}
 
 
 def check_token_task_name(name: str) -> None:
@@ -79,7 +84,8 @@ def token_task_seed(seed: int, task: str, family: str, length: int) -> int:
 
 
 def split_family_and_length(split: str) -> tuple[str, int | None]:
-    """`"test_400"` -> `("test", 400)`, `"long_chains_40"` -> `("long_chains", 40)`, `"train"` -> `("train", None)`."""
+    """`"test_400"` -> `("test", 400)`, `"long_chains_40"` -> `("long_chains", 40)`, `"valid_400"` -> `("valid", 400)`,
+    `"train"` -> `("train", None)`."""
     if split == "train":
         return "train", None
     family, _, length = split.rpartition("_")
@@ -230,13 +236,14 @@ def long_chain_operands(rng: random.Random, length: int) -> tuple[str, str]:
 
 
 def draw_row(task: str, rng: random.Random, family: str, length: int) -> tuple[list[str], list[str | None]]:
-    """One random row of a task at one length. `family` is `"train"`, `"test"` or `"long_chains"` (the carry task's
-    long carry chains; in `train` a carry row has one with probability `TRAIN_LONG_CHAIN_SHARE`)."""
+    """One random row of a task at one length. `family` is `"train"`, `"test"`, `"valid"` (drawn as `"test"`) or
+    `"long_chains"` (the carry task's long carry chains; in `train` a carry row has one with probability
+    `TRAIN_LONG_CHAIN_SHARE`)."""
     if task in ("copy", "reverse"):
         return string_row(task, _digits(rng, length))
     if task == "addition":
         # evaluation: both operands have `length` digits; train: one of them, the other 1 to `length` digits
-        other = length if family == "test" else 1 + int(rng.random() * length)
+        other = length if family in ("test", "valid") else 1 + int(rng.random() * length)
         first, second = _operand(rng, length), _operand(rng, other)
         return addition_row(*((first, second) if rng.random() < 0.5 else (second, first)))
     long_chain = family == "long_chains" or (family == "train" and rng.random() < TRAIN_LONG_CHAIN_SHARE)
@@ -269,6 +276,7 @@ __all__ = [
     "TOKEN_GENERATOR_VERSION",
     "TRAIN_MAX_LENGTH",
     "EVAL_LENGTHS",
+    "VALID_LENGTHS",
     "TRAIN_LONG_CHAIN_SHARE",
     "token_split_lengths",
     "token_task_max_tokens",
