@@ -27,13 +27,13 @@ A row is a list of tokens and a list of labels of the same length, `None` where 
 
 import random
 
-from ..position_coupling import COUPLED_TASKS  # the tasks whose rows `coupled_positions` reads
+from ..position_coupling import BLANK, COUPLED_TASKS  # the blank and the tasks whose rows `coupled_positions` reads
 from .common import DIGITS
 
 
 TOKEN_TASK_NAMES = ("copy", "reverse", "addition", "carry")
 TOKEN_LABEL_NAMES = DIGITS
-EQUALS, PLUS, BLANK = "=", "+", "_"
+EQUALS, PLUS = "=", "+"
 # Bump it whenever a generator changes the rows it writes: it is part of every split's cache key.
 TOKEN_GENERATOR_VERSION = 1
 
