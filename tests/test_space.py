@@ -84,3 +84,45 @@ def test_a_drawn_input_has_the_depth_asked_for_and_its_true_answer(space):
     assert len(functions) == 5 and truth == format(value, "03b"), (text, truth)
     arithmetic, answer = app.draw_sample("ndr-arithmetic", 2, sample_seed=3)
     assert eval(arithmetic) % 10 == int(answer), (arithmetic, answer)  # digits, +, * and brackets only
+
+
+@pytest.mark.parametrize(
+    "name, text, answer",
+    [
+        ("ndr-addition", "00 56 78", "1 2 5"),
+        ("ndr-copy", "3 1 4 = _ _ _", "3 1 4"),
+        ("ndr-reverse", "3 1 4 = _ _ _", "4 1 3"),
+    ],
+)
+def test_a_token_model_answers_with_the_token_pipeline_s_labels_at_its_answer_words(space, name, text, answer):
+    """A token model's /classify label is its answer (the blanks after `=`; the carry task: every word), the labels
+    `pipeline("token-classification")` gives those words, and its probability that of the least sure one."""
+    from transformers import pipeline
+
+    _, client = space
+    label, probability, steps = client.predict(name, text, api_name="/classify")
+    tagged = pipeline("token-classification", model=str(MODELS / name), ignore_labels=[])(text)
+    words = text.split()
+    first = words.index("=") + 1 if "=" in words else 0
+    expected = [entity for entity in tagged if entity["index"] > first]  # index 0 is [BOS]
+    assert label == " ".join(entity["entity"] for entity in expected) == answer, (label, tagged)
+    assert probability == pytest.approx(min(entity["score"] for entity in expected), abs=1e-4) and steps >= 1
+
+
+def test_explore_shows_a_token_model_s_answer_word_by_word_against_a_drawn_row(space):
+    app, client = space
+    text, truth = app.draw_sample("ndr-reverse", 6, sample_seed=1)
+    digits = text.split()[:6]
+    assert text.split()[6:] == ["=", *["_"] * 6] and truth == " ".join(reversed(digits)), (text, truth)
+    page = app.explore("ndr-reverse", text, 2, 0, {"text": text, "label": truth, "depth": 6})
+    prediction, *images = page
+    rows = [line for line in prediction.splitlines() if line.startswith("| ") and "`_`" in line]
+    assert len(rows) == 6, f"a row per answer word (the six blanks): {prediction}"
+    for row, digit in zip(rows, reversed(digits)):
+        assert row.rstrip(" |").endswith(digit), f"the true label of its blank: {row}"
+    assert "True answer: **" + truth + "** (a drawn input of length 6)" in prediction
+    carry, answer = app.draw_sample("ndr-addition", 9, sample_seed=2)
+    first = "".join(word[0] for word in carry.split()[1:])
+    second = "".join(word[1] for word in carry.split()[1:])
+    assert answer.replace(" ", "") == str(int(first) + int(second)).zfill(10), (carry, answer)
+    assert len(images) == 3 and all(image.size[0] > 100 for image in images)

@@ -2,10 +2,12 @@
 
     python hub_cards/spaces/ndr-routing/app.py      # from a checkout (make space): http://127.0.0.1:7860
 
-Pick a released model and type an input or draw a random one at a chosen depth; the page shows the prediction (and
-the true answer of a drawn input), the copy gate of every column at every step and the attention of every step
-(`modeling_ndr.plotting.plot_routing`), with the fixed step count and with adaptive steps side by side, and the
-attention of one chosen step and head. `/classify` (model name, text) -> (label, probability, steps) is the API.
+Pick a released model and type an input or draw a random one at a chosen depth (a token model's: length); the page
+shows the prediction (and the true answer of a drawn input; a token model's answer position by position), the copy
+gate of every column at every step and the attention of every step (`modeling_ndr.plotting.plot_routing`), with the
+fixed step count and with adaptive steps side by side, and the attention of one chosen step and head. `/classify`
+(model name, text) -> (label, probability, steps) is the API; a token model's label is its answer, the labels of the
+answer's words joined by spaces, and the probability that of its least sure word.
 
 Run from the checkout it loads the folders in `hub_cards/models/`; elsewhere (on the Hub) the repositories
 `$NDR_ORG/<name>` (default `ndr-org`).
@@ -29,7 +31,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
-from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
 
 import modeling_ndr  # noqa: E402, F401  (registers NDR with the Auto classes)
 from modeling_ndr.plotting import plot_routing  # noqa: E402
@@ -37,12 +44,16 @@ from modeling_ndr.tables import markdown_table  # noqa: E402
 from modeling_ndr.tasks import ctl_compositions, task_label_names  # noqa: E402
 from modeling_ndr.tasks.arithmetic import arithmetic_stream  # noqa: E402
 from modeling_ndr.tasks.listops import listops_stream  # noqa: E402
+from modeling_ndr.tasks.token_tasks import EQUALS, TOKEN_TASK_NAMES, draw_row  # noqa: E402
 
 
-MODELS = ("ndr-ctl-forward", "ndr-ctl-backward", "ndr-arithmetic", "ndr-listops")
+MODELS = ("ndr-ctl-forward", "ndr-ctl-backward", "ndr-arithmetic", "ndr-listops", "ndr-addition", "ndr-copy",
+          "ndr-reverse")  # fmt: skip
 CHECKOUT_MODELS = Path(__file__).resolve().parents[2] / "models"  # hub_cards/models/ in a checkout
 ORG = os.environ.get("NDR_ORG", "ndr-org")
-MAX_DEPTH = {"ctl": 14, "arithmetic": 8, "listops": 8}  # CTL composes freely; the others fit 50 tokens to depth 8
+# CTL composes freely; arithmetic and ListOps fit 50 tokens to depth 8; a token task's "depth" is its length, kept to
+# about 40 tokens so that the maps stay readable (the carry task: a token per position; copy, reverse: 2n + 1)
+MAX_DEPTH = {"ctl": 14, "arithmetic": 8, "listops": 8, "carry": 40, "copy": 20, "reverse": 20, "addition": 12}
 DEFAULT_DEPTH = 4
 
 
@@ -66,15 +77,21 @@ def load(name: str):
     if name not in MODELS:
         raise gr.Error(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     source = model_source(name)
-    model = AutoModelForSequenceClassification.from_pretrained(source).eval()
+    per_token = "NDRForTokenClassification" in (AutoConfig.from_pretrained(source).architectures or [])
+    auto_class = AutoModelForTokenClassification if per_token else AutoModelForSequenceClassification
+    model = auto_class.from_pretrained(source).eval()
     tokenizer = AutoTokenizer.from_pretrained(source)
     return model, tokenizer, read_run_config(source)["task"]
 
 
 def draw_sample(name: str, depth: int, sample_seed: int) -> tuple[str, str]:
-    """A random input of `depth` for the model's task, and its true answer (drawn as `modeling_ndr.load_task` does)."""
+    """A random input of `depth` for the model's task, and its true answer (drawn as `modeling_ndr.load_task` does; a
+    token task's row of length `depth` as its test splits draw them, and the labels of its answer's words)."""
     _, _, task = load(name)
     depth = int(depth)
+    if task["task"] in TOKEN_TASK_NAMES:
+        words, labels = draw_row(task["task"], random.Random(sample_seed), "test", depth)
+        return " ".join(words), " ".join(label for label in labels if label is not None)
     labels = task_label_names(task["task"])
     if task["task"] == "ctl":
         seed, direction = task["task_seed"], task["direction"]
@@ -92,25 +109,59 @@ def draw_sample(name: str, depth: int, sample_seed: int) -> tuple[str, str]:
     raise gr.Error(f"no {task['task']} input of depth {depth} within 50 tokens was found; try a smaller depth")
 
 
+def is_per_token(model) -> bool:
+    return isinstance(model, modeling_ndr.NDRForTokenClassification)
+
+
+def answer_words(words: list[str]) -> list[int]:
+    """The words a token model's answer is read at: the blanks after `=` (copy, reverse, addition), else every word
+    (the carry task)."""
+    return list(range(words.index(EQUALS) + 1, len(words))) if EQUALS in words else list(range(len(words)))
+
+
+@torch.no_grad()
+def word_predictions(model, tokenizer, text: str, adaptive: bool | None) -> tuple[list[str], list[float], int]:
+    """(label, probability) of every word of `text` and the steps run, for a token model (the word-level tokenizer
+    gives each word one token; [BOS] and [EOS] are left out); `adaptive=None` runs the model as its config says."""
+    inputs = tokenizer([text], return_tensors="pt")
+    outputs = model(**inputs, adaptive_steps=adaptive)
+    probabilities = outputs.logits[0].float().softmax(-1)
+    labels, scores = [], []
+    for index, word in enumerate(inputs.word_ids(0)):
+        if word is not None:
+            label = int(probabilities[index].argmax())
+            labels.append(model.config.id2label[label])
+            scores.append(float(probabilities[index, label]))
+    return labels, scores, steps_run(model, outputs)
+
+
+def steps_run(model, outputs) -> int:
+    if outputs.num_steps_taken is not None:
+        return int(outputs.num_steps_taken[0])
+    return model.config.eval_num_hidden_layers or model.config.num_hidden_layers
+
+
 @torch.no_grad()
 def predict(model, tokenizer, text: str, adaptive: bool | None) -> tuple[str, float, int]:
-    """(label, probability, steps run) for one text; `adaptive=None` runs the model as its config says."""
+    """(label, probability, steps run) for one text; `adaptive=None` runs the model as its config says. A token
+    model's label is its answer (the labels of `answer_words`, joined by spaces), its probability their lowest."""
+    if is_per_token(model):
+        labels, scores, steps = word_predictions(model, tokenizer, text, adaptive)
+        answer = answer_words(text.split())
+        return " ".join(labels[i] for i in answer), min(scores[i] for i in answer), steps
     inputs = tokenizer([text], return_tensors="pt")
     outputs = model(**inputs, adaptive_steps=adaptive)
     probabilities = outputs.logits[0].softmax(-1)
     label = int(probabilities.argmax())
-    config = model.config
-    if outputs.num_steps_taken is not None:
-        steps = int(outputs.num_steps_taken[0])
-    else:
-        steps = config.eval_num_hidden_layers or config.num_hidden_layers
-    return config.id2label[label], float(probabilities[label]), steps
+    return model.config.id2label[label], float(probabilities[label]), steps_run(model, outputs)
 
 
 def classify(model_name: str, text: str) -> tuple[str, float, int]:
-    """Classify `text` with a released model, as loaded (`pipeline("text-classification")` gives the same label).
+    """Classify `text` with a released model, as loaded (`pipeline("text-classification")` gives the same label; for a
+    token model, `pipeline("token-classification")` the same label at each word of the answer).
 
-    Returns the predicted label, its probability and the number of steps the model ran."""
+    Returns the predicted label (a token model: its answer), its probability (a token model: that of the least sure
+    word of the answer) and the number of steps the model ran."""
     model, tokenizer, _ = load(model_name)
     return predict(model, tokenizer, text.strip(), adaptive=None)
 
@@ -167,12 +218,36 @@ def explore(name: str, text: str, step: int, head: int, drawn: dict | None):
         "",
         markdown_table(steps, ["", "prediction", "probability", "steps"]),
     ]
-    if drawn and drawn.get("text") == text:
-        lines += ["", f"True answer: **{drawn['label']}** (a drawn input of depth {drawn['depth']})."]
+    truth = drawn["label"] if drawn and drawn.get("text") == text else None
+    if truth is not None:
+        kind = "length" if is_per_token(model) else "depth"
+        lines += ["", f"True answer: **{truth}** (a drawn input of {kind} {drawn['depth']})."]
+    if is_per_token(model):
+        lines += ["", position_table(model, tokenizer, text, truth)]
     fixed = to_image(plot_routing(model, tokenizer, text, head=head, adaptive=False))
     adaptive = to_image(plot_routing(model, tokenizer, text, head=head, adaptive=True))
     attention = to_image(attention_figure(model, tokenizer, text, int(step), head))
     return "\n".join(lines), fixed, adaptive, attention
+
+
+def position_table(model, tokenizer, text: str, truth: str | None) -> str:
+    """A token model's answer word by word: its label and probability with fixed and with adaptive steps (and the
+    true label of a drawn input)."""
+    words = text.split()
+    fixed, fixed_scores, _ = word_predictions(model, tokenizer, text, adaptive=False)
+    adaptive, adaptive_scores, _ = word_predictions(model, tokenizer, text, adaptive=True)
+    answer = answer_words(words)
+    true = truth.split() if truth is not None and len(truth.split()) == len(answer) else None
+    rows = []
+    for number, index in enumerate(answer):
+        row = [index + 1, f"`{words[index]}`", f"{fixed[index]} ({fixed_scores[index]:.2f})",
+               f"{adaptive[index]} ({adaptive_scores[index]:.2f})"]  # fmt: skip
+        if true is not None:
+            mark = "" if fixed[index] == true[number] else " ✗"
+            row.append(true[number] + mark)
+        rows.append(row)
+    header = ["word", "input", "fixed steps", "adaptive steps", *(["true (✗: fixed steps wrong)"] if true else [])]
+    return markdown_table(rows, header)
 
 
 def choose_model(name: str, depth: int):
@@ -214,7 +289,8 @@ with gr.Blocks(title="NDR routing explorer") as demo:
     drawn = gr.State(FIRST_DRAWN)
     with gr.Row():
         model_name = gr.Dropdown(list(MODELS), value=MODELS[0], label="Released model", scale=2)
-        depth = gr.Slider(1, MAX_DEPTH["ctl"], value=DEFAULT_DEPTH, step=1, label="Depth of a drawn input", scale=2)
+        depth = gr.Slider(1, MAX_DEPTH["ctl"], value=DEFAULT_DEPTH, step=1, scale=2,
+                          label="Depth of a drawn input (a token model's: its length)")  # fmt: skip
         draw_button = gr.Button("Draw a random input", scale=1)
     with gr.Row():
         text = gr.Textbox(FIRST_TEXT, label="Input (tokens separated by spaces)", scale=4)
