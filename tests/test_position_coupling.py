@@ -14,7 +14,7 @@ import torch
 from scripts import load_script
 from test_token_classification import REMOTE_CODE
 from tiny import encoder_or_head_output, left_padded_batch, random_ids, tiny_config
-from transformers import pipeline
+from transformers import AutoTokenizer, pipeline
 
 import modeling_ndr
 from modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification, NDRModel
@@ -215,6 +215,21 @@ def test_the_pipeline_and_remote_code_answer_a_coupled_export_with_the_coupled_i
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "saved" / "position_coupling.py").is_file(), "the rule's module ships with the code"
     torch.testing.assert_close(torch.tensor(eval(result.stdout.strip().splitlines()[-1].split(" ", 1)[1])), expected)
+
+
+def test_a_row_the_pipeline_cuts_at_model_max_length_names_the_limit_and_a_larger_one_answers(tmp_path):
+    """pipeline() truncates a text longer than its tokenizer's model_max_length, which leaves a copy row with fewer
+    blanks than symbols: the error says so; a tokenizer loaded with a larger limit answers every blank."""
+    model, tokenizer = coupled_copy_model(), token_task_tokenizer("copy")
+    tokenizer.model_max_length = 13  # [BOS], 5 symbols, `=`, 5 blanks, [EOS]: rows of up to 5 symbols
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    text = "3 1 4 1 5 9 2 = _ _ _ _ _ _ _"
+    with pytest.raises(ValueError, match=r"not a copy row: .*model_max_length.*model_max_length=N"):
+        pipeline("token-classification", model=str(tmp_path / "saved"), ignore_labels=[])(text)
+    longer = AutoTokenizer.from_pretrained(tmp_path / "saved", model_max_length=64)
+    tag = pipeline("token-classification", model=str(tmp_path / "saved"), tokenizer=longer, ignore_labels=[])
+    assert len(tag(text)) == 15, "every word of the 7-symbol row answered"
 
 
 # ---------------------------------------------------------------------------------------------------------------
