@@ -92,9 +92,9 @@ def check_coupled_rows(
         if problem:
             raise ValueError(
                 f"NDRConfig.position_coupling={task!r} computes position ids from input_ids, but row {row} is not a "
-                f"{task} row: {problem}. Give position_ids yourself, or rows the task's tokenizer wrote (pipeline() "
-                "cuts a text longer than its tokenizer's model_max_length: for longer rows load the tokenizer with "
-                "a larger one, AutoTokenizer.from_pretrained(..., model_max_length=N))."
+                f"{task} row: {problem}. Give position_ids yourself, or rows the task's tokenizer wrote. (A text "
+                "that came through pipeline() is cut at its tokenizer's model_max_length: for longer rows load the "
+                "tokenizer with a larger one, AutoTokenizer.from_pretrained(..., model_max_length=N).)"
             )
 
 

@@ -97,3 +97,12 @@ def test_a_comparison_stopped_by_sigterm_stops_its_training_with_a_checkpoint(tm
     finally:  # nothing of this test goes on training, whatever failed
         process.kill()
         subprocess.run(["pkill", "-KILL", "-f", str(tmp_path / "ndr")])
+
+
+@pytest.mark.parametrize(
+    "task, split", [("carry", "test_100"), ("copy", "valid_400"), ("reverse", "valid_400"), ("addition", "valid_200")]
+)
+def test_a_comparison_selects_on_the_task_s_validation_split_where_it_has_one(task, split):
+    """The string tasks select at their longest length on rows of their own (`valid_<n>`), not on a test split; the
+    carry task, which has none, on its second-shortest test split (random operands, not long chains)."""
+    assert load_script("training/compare_tokens.py", "ndr_compare_tokens").selection_split(task) == split

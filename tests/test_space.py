@@ -2,6 +2,7 @@
 the label `pipeline("text-classification")` gives, and `/explore` shows the predictions and the routing maps."""
 
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -126,3 +127,27 @@ def test_explore_shows_a_token_model_s_answer_word_by_word_against_a_drawn_row(s
     second = "".join(word[1] for word in carry.split()[1:])
     assert answer.replace(" ", "") == str(int(first) + int(second)).zfill(10), (carry, answer)
     assert len(images) == 3 and all(image.size[0] > 100 for image in images)
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("ndr-copy", "3 1 4 =", "no word of '3 1 4 =' holds an answer; a copy row is the input, `=`, one blank"),
+        ("ndr-copy", "3 1 4 = _ _", "not a copy row: it does not hold as many words after `=` as before it"),
+    ],
+)
+def test_an_input_without_an_answer_or_that_a_coupled_model_cannot_read_gets_its_message_on_the_page(
+    space, name, text, message
+):
+    import gradio as gr
+
+    app, _ = space
+    for call in (lambda: app.classify(name, text), lambda: app.explore(name, text, 1, 0, None)):
+        with pytest.raises(gr.Error, match=re.escape(message)):
+            call()
+
+
+def test_a_carry_model_answers_at_every_word_whatever_they_are(space):
+    app, _ = space
+    answer, probability, _ = app.classify("ndr-addition", "00 56 = 78")
+    assert len(answer.split()) == 4 and 0 < probability <= 1, "every word, `=` ([UNK] to this model) included"

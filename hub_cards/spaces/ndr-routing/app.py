@@ -13,6 +13,7 @@ Run from the checkout it loads the folders in `hub_cards/models/`; elsewhere (on
 `$NDR_ORG/<name>` (default `ndr-org`).
 """
 
+import contextlib
 import functools
 import io
 import json
@@ -113,10 +114,28 @@ def is_per_token(model) -> bool:
     return isinstance(model, modeling_ndr.NDRForTokenClassification)
 
 
-def answer_words(words: list[str]) -> list[int]:
-    """The words a token model's answer is read at: the blanks after `=` (copy, reverse, addition), else every word
-    (the carry task)."""
-    return list(range(words.index(EQUALS) + 1, len(words))) if EQUALS in words else list(range(len(words)))
+def answer_words(task: str, words: list[str]) -> list[int]:
+    """The words a token model's answer is read at: every word (the carry task), else the blanks after `=` (copy,
+    reverse, addition). Raises `gr.Error` where there are none."""
+    if task == "carry":
+        answer = list(range(len(words)))
+    else:
+        answer = list(range(words.index(EQUALS) + 1, len(words))) if EQUALS in words else []
+    if not answer:
+        shape = "digit pairs (`00 56 78`)" if task == "carry" else "the input, `=`, one blank `_` per answer symbol"
+        raise gr.Error(f"no word of {' '.join(words)!r} holds an answer; a {task} row is {shape}")
+    return answer
+
+
+@contextlib.contextmanager
+def shown_errors():
+    """A model's `ValueError` (a row a coupled model cannot read, ...) as a `gr.Error`: the page shows its message."""
+    try:
+        yield
+    except gr.Error:  # (a ValueError itself)
+        raise
+    except ValueError as error:
+        raise gr.Error(str(error)) from None
 
 
 @torch.no_grad()
@@ -142,12 +161,12 @@ def steps_run(model, outputs) -> int:
 
 
 @torch.no_grad()
-def predict(model, tokenizer, text: str, adaptive: bool | None) -> tuple[str, float, int]:
+def predict(model, tokenizer, text: str, adaptive: bool | None, task: str) -> tuple[str, float, int]:
     """(label, probability, steps run) for one text; `adaptive=None` runs the model as its config says. A token
     model's label is its answer (the labels of `answer_words`, joined by spaces), its probability their lowest."""
     if is_per_token(model):
+        answer = answer_words(task, text.split())
         labels, scores, steps = word_predictions(model, tokenizer, text, adaptive)
-        answer = answer_words(text.split())
         return " ".join(labels[i] for i in answer), min(scores[i] for i in answer), steps
     inputs = tokenizer([text], return_tensors="pt")
     outputs = model(**inputs, adaptive_steps=adaptive)
@@ -162,8 +181,9 @@ def classify(model_name: str, text: str) -> tuple[str, float, int]:
 
     Returns the predicted label (a token model: its answer), its probability (a token model: that of the least sure
     word of the answer) and the number of steps the model ran."""
-    model, tokenizer, _ = load(model_name)
-    return predict(model, tokenizer, text.strip(), adaptive=None)
+    model, tokenizer, task = load(model_name)
+    with shown_errors():
+        return predict(model, tokenizer, text.strip(), adaptive=None, task=task["task"])
 
 
 def to_image(figure) -> Image.Image:
@@ -196,18 +216,23 @@ def attention_figure(model, tokenizer, text: str, step: int, head: int):
 def explore(name: str, text: str, step: int, head: int, drawn: dict | None):
     """Everything the page shows for one input: the predictions (and the true answer of a drawn input), the routing
     maps with fixed and with adaptive steps, and the attention of the chosen step and head."""
-    model, tokenizer, _ = load(name)
+    model, tokenizer, task = load(name)
     text = " ".join(text.split())
     if not text:
         raise gr.Error("type an input, or draw one")
+    with shown_errors():
+        return page(name, model, tokenizer, task["task"], text, int(step), int(head), drawn)
+
+
+def page(name: str, model, tokenizer, task: str, text: str, step: int, head: int, drawn: dict | None):
     config = model.config
     unknown = sorted({word for word in text.split() if word not in tokenizer.get_vocab()})
     if unknown:
         gr.Warning(f"{name} does not know {unknown}: they read as [UNK]")
     fixed_steps = config.eval_num_hidden_layers or config.num_hidden_layers
-    head = min(int(head), config.num_attention_heads - 1)
-    label, probability, _ = predict(model, tokenizer, text, adaptive=False)
-    adaptive_label, adaptive_probability, adaptive_steps = predict(model, tokenizer, text, adaptive=True)
+    head = min(head, config.num_attention_heads - 1)
+    label, probability, _ = predict(model, tokenizer, text, adaptive=False, task=task)
+    adaptive_label, adaptive_probability, adaptive_steps = predict(model, tokenizer, text, adaptive=True, task=task)
     loaded = "adaptive" if config.adaptive_steps else "fixed"
     steps = [
         ["fixed steps", f"**{label}**", f"{probability:.3f}", fixed_steps],
@@ -223,20 +248,20 @@ def explore(name: str, text: str, step: int, head: int, drawn: dict | None):
         kind = "length" if is_per_token(model) else "depth"
         lines += ["", f"True answer: **{truth}** (a drawn input of {kind} {drawn['depth']})."]
     if is_per_token(model):
-        lines += ["", position_table(model, tokenizer, text, truth)]
+        lines += ["", position_table(model, tokenizer, task, text, truth)]
     fixed = to_image(plot_routing(model, tokenizer, text, head=head, adaptive=False))
     adaptive = to_image(plot_routing(model, tokenizer, text, head=head, adaptive=True))
-    attention = to_image(attention_figure(model, tokenizer, text, int(step), head))
+    attention = to_image(attention_figure(model, tokenizer, text, step, head))
     return "\n".join(lines), fixed, adaptive, attention
 
 
-def position_table(model, tokenizer, text: str, truth: str | None) -> str:
+def position_table(model, tokenizer, task: str, text: str, truth: str | None) -> str:
     """A token model's answer word by word: its label and probability with fixed and with adaptive steps (and the
     true label of a drawn input)."""
     words = text.split()
     fixed, fixed_scores, _ = word_predictions(model, tokenizer, text, adaptive=False)
     adaptive, adaptive_scores, _ = word_predictions(model, tokenizer, text, adaptive=True)
-    answer = answer_words(words)
+    answer = answer_words(task, words)
     true = truth.split() if truth is not None and len(truth.split()) == len(answer) else None
     rows = []
     for number, index in enumerate(answer):
