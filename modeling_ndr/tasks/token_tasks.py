@@ -50,7 +50,7 @@ EVAL_LENGTHS = {
     "addition": (20, 50, 100, 200),
     "carry": (40, 100, 400, 1000),
 }
-VALID_LENGTHS = {"copy": 400, "reverse": 400, "addition": 200}
+VALID_LENGTHS = {name: max(EVAL_LENGTHS[name]) for name in ("copy", "reverse", "addition")}
 TOKEN_SPLIT_NAMES = {
     name: (
         "train",

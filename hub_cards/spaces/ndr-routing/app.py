@@ -78,9 +78,10 @@ def load(name: str):
     if name not in MODELS:
         raise gr.Error(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     source = model_source(name)
-    per_token = "NDRForTokenClassification" in (AutoConfig.from_pretrained(source).architectures or [])
+    config = AutoConfig.from_pretrained(source)
+    per_token = "NDRForTokenClassification" in (config.architectures or [])
     auto_class = AutoModelForTokenClassification if per_token else AutoModelForSequenceClassification
-    model = auto_class.from_pretrained(source).eval()
+    model = auto_class.from_pretrained(source, config=config).eval()
     tokenizer = AutoTokenizer.from_pretrained(source)
     return model, tokenizer, read_run_config(source)["task"]
 
@@ -160,14 +161,20 @@ def steps_run(model, outputs) -> int:
     return model.config.eval_num_hidden_layers or model.config.num_hidden_layers
 
 
+def token_answer(answer: list[int], predictions: tuple[list[str], list[float], int]) -> tuple[str, float, int]:
+    """A token model's (label, probability, steps) from its `word_predictions`: the labels of the `answer` words
+    joined by spaces, and the lowest of their probabilities."""
+    labels, scores, steps = predictions
+    return " ".join(labels[i] for i in answer), min(scores[i] for i in answer), steps
+
+
 @torch.no_grad()
 def predict(model, tokenizer, text: str, adaptive: bool | None, task: str) -> tuple[str, float, int]:
     """(label, probability, steps run) for one text; `adaptive=None` runs the model as its config says. A token
     model's label is its answer (the labels of `answer_words`, joined by spaces), its probability their lowest."""
     if is_per_token(model):
         answer = answer_words(task, text.split())
-        labels, scores, steps = word_predictions(model, tokenizer, text, adaptive)
-        return " ".join(labels[i] for i in answer), min(scores[i] for i in answer), steps
+        return token_answer(answer, word_predictions(model, tokenizer, text, adaptive))
     inputs = tokenizer([text], return_tensors="pt")
     outputs = model(**inputs, adaptive_steps=adaptive)
     probabilities = outputs.logits[0].softmax(-1)
@@ -231,8 +238,17 @@ def page(name: str, model, tokenizer, task: str, text: str, step: int, head: int
         gr.Warning(f"{name} does not know {unknown}: they read as [UNK]")
     fixed_steps = config.eval_num_hidden_layers or config.num_hidden_layers
     head = min(head, config.num_attention_heads - 1)
-    label, probability, _ = predict(model, tokenizer, text, adaptive=False, task=task)
-    adaptive_label, adaptive_probability, adaptive_steps = predict(model, tokenizer, text, adaptive=True, task=task)
+    if is_per_token(model):  # one pass each with fixed and adaptive steps, for the answer and its table
+        answer = answer_words(task, text.split())
+        fixed_words = word_predictions(model, tokenizer, text, adaptive=False)
+        adaptive_words = word_predictions(model, tokenizer, text, adaptive=True)
+        label, probability, _ = token_answer(answer, fixed_words)
+        adaptive_label, adaptive_probability, adaptive_steps = token_answer(answer, adaptive_words)
+    else:
+        label, probability, _ = predict(model, tokenizer, text, adaptive=False, task=task)
+        adaptive_label, adaptive_probability, adaptive_steps = predict(
+            model, tokenizer, text, adaptive=True, task=task
+        )
     loaded = "adaptive" if config.adaptive_steps else "fixed"
     steps = [
         ["fixed steps", f"**{label}**", f"{probability:.3f}", fixed_steps],
@@ -248,20 +264,19 @@ def page(name: str, model, tokenizer, task: str, text: str, step: int, head: int
         kind = "length" if is_per_token(model) else "depth"
         lines += ["", f"True answer: **{truth}** (a drawn input of {kind} {drawn['depth']})."]
     if is_per_token(model):
-        lines += ["", position_table(model, tokenizer, task, text, truth)]
+        lines += ["", position_table(text.split(), answer, fixed_words, adaptive_words, truth)]
     fixed = to_image(plot_routing(model, tokenizer, text, head=head, adaptive=False))
     adaptive = to_image(plot_routing(model, tokenizer, text, head=head, adaptive=True))
     attention = to_image(attention_figure(model, tokenizer, text, step, head))
     return "\n".join(lines), fixed, adaptive, attention
 
 
-def position_table(model, tokenizer, task: str, text: str, truth: str | None) -> str:
-    """A token model's answer word by word: its label and probability with fixed and with adaptive steps (and the
-    true label of a drawn input)."""
-    words = text.split()
-    fixed, fixed_scores, _ = word_predictions(model, tokenizer, text, adaptive=False)
-    adaptive, adaptive_scores, _ = word_predictions(model, tokenizer, text, adaptive=True)
-    answer = answer_words(task, words)
+def position_table(
+    words: list[str], answer: list[int], fixed_words: tuple, adaptive_words: tuple, truth: str | None
+) -> str:
+    """A token model's answer word by word: its label and probability with fixed and with adaptive steps (its
+    `word_predictions`), and the true label of a drawn input."""
+    (fixed, fixed_scores, _), (adaptive, adaptive_scores, _) = fixed_words, adaptive_words
     true = truth.split() if truth is not None and len(truth.split()) == len(answer) else None
     rows = []
     for number, index in enumerate(answer):
