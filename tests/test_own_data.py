@@ -313,27 +313,39 @@ def test_evaluate_model_runs_on_a_split_of_a_built_in_task(jsonl_run, capsys):
     assert list(scores) == ["ood_test"] and set(scores["ood_test"]["by_depth"]) == {"9", "10"}
 
 
-LISTOPS_MODEL = str(REPO / "hub_cards" / "models" / "ndr-listops")  # the released model: it mixes hits and misses
+RELEASED_LISTOPS = REPO / "hub_cards" / "models" / "ndr-listops"
 
 
 @pytest.fixture(scope="module")
-def listops_by_first_token(tmp_path_factory):
-    """`--task listops --split iid_test --n_eval 40 --by_first_token` on the released model: (rows, scores, printed
+def listops_model(tmp_path_factory) -> str:
+    """The released ListOps model's config and tokenizer with untrained weights (seed 0): a model that gets some rows
+    right and most wrong whatever the release has learned by now (a well-trained release once got all 40 right)."""
+    folder = tmp_path_factory.mktemp("untrained_listops")
+    torch.manual_seed(0)
+    config = NDRForSequenceClassification.config_class.from_pretrained(RELEASED_LISTOPS)
+    NDRForSequenceClassification(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(RELEASED_LISTOPS).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def listops_by_first_token(tmp_path_factory, listops_model):
+    """`--task listops --split iid_test --n_eval 40 --by_first_token` on `listops_model`: (rows, scores, printed
     output, the --output_json file's contents)."""
     evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
     output_json = tmp_path_factory.mktemp("by_first_token") / "r.json"
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        scores = evaluate_model.main([LISTOPS_MODEL, "--task", "listops", "--split", "iid_test", "--n_eval", "40",
+        scores = evaluate_model.main([listops_model, "--task", "listops", "--split", "iid_test", "--n_eval", "40",
                                       "--by_first_token", "--output_json", str(output_json)])  # fmt: skip
     rows = modeling_ndr.load_task("listops", n_train=1, n_eval=40)["iid_test"]
     return rows, scores, output.getvalue(), json.loads(output_json.read_text())
 
 
-def hand_count_by_operator_and_depth(rows) -> dict[tuple[str, int], list[bool]]:
-    """Whether the released ListOps model gets each row right (from `predict`), grouped by (first word, depth)."""
-    model = AutoModelForSequenceClassification.from_pretrained(LISTOPS_MODEL).eval()
-    predicted = predict(model, AutoTokenizer.from_pretrained(LISTOPS_MODEL), rows["text"]).label_ids
+def hand_count_by_operator_and_depth(rows, model_path) -> dict[tuple[str, int], list[bool]]:
+    """Whether the ListOps model gets each row right (from `predict`), grouped by (first word, depth)."""
+    model = AutoModelForSequenceClassification.from_pretrained(model_path).eval()
+    predicted = predict(model, AutoTokenizer.from_pretrained(model_path), rows["text"]).label_ids
     name = rows.features["label"].int2str
     hits = defaultdict(list)
     for text, label, depth, label_id in zip(rows["text"], rows["label"], rows["depth"], predicted, strict=True):
@@ -341,9 +353,9 @@ def hand_count_by_operator_and_depth(rows) -> dict[tuple[str, int], list[bool]]:
     return hits
 
 
-def test_by_first_token_counts_what_predict_gets_right_per_operator_and_depth(listops_by_first_token):
+def test_by_first_token_counts_what_predict_gets_right_per_operator_and_depth(listops_by_first_token, listops_model):
     rows, scores, _, written = listops_by_first_token
-    hits = hand_count_by_operator_and_depth(rows)
+    hits = hand_count_by_operator_and_depth(rows, listops_model)
     by_token = scores["iid_test"]["by_first_token"]
     assert set(by_token) == {token for token, _ in hits}, "one entry per root operator of the rows"
     assert len({token for token, _ in hits}) > 1 and 0 < scores["iid_test"]["accuracy"] < 1, "a table that can differ"
@@ -369,7 +381,7 @@ def test_by_first_token_prints_one_row_per_split_and_first_token(listops_by_firs
 
 @pytest.mark.parametrize("source", ["--file", "--dataset_name"])
 def test_by_first_token_gives_a_file_or_dataset_the_numbers_of_the_same_task_rows(
-    listops_by_first_token, source, tmp_path
+    listops_by_first_token, listops_model, source, tmp_path
 ):
     rows, scores, _, _ = listops_by_first_token
     name = rows.features["label"].int2str
@@ -377,17 +389,19 @@ def test_by_first_token_gives_a_file_or_dataset_the_numbers_of_the_same_task_row
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
     data = [source, str(tmp_path / "test.jsonl" if source == "--file" else tmp_path)]
-    from_data = evaluate_model.main([LISTOPS_MODEL, *data, "--depth_column", "depth", "--by_first_token"])
+    from_data = evaluate_model.main([listops_model, *data, "--depth_column", "depth", "--by_first_token"])
     assert from_data["test"]["by_first_token"] == scores["iid_test"]["by_first_token"], "same rows, same table"
 
 
-def test_by_first_token_without_depths_reports_each_first_token_over_all_depths(listops_by_first_token, tmp_path):
+def test_by_first_token_without_depths_reports_each_first_token_over_all_depths(
+    listops_by_first_token, listops_model, tmp_path
+):
     rows, scores, _, _ = listops_by_first_token
     name = rows.features["label"].int2str
     lines = [json.dumps({"text": row["text"], "label": name(row["label"])}) + "\n" for row in rows]
     (tmp_path / "flat.jsonl").write_text("".join(lines))
     evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
-    by_token = evaluate_model.main([LISTOPS_MODEL, "--file", str(tmp_path / "flat.jsonl"), "--by_first_token"])
+    by_token = evaluate_model.main([listops_model, "--file", str(tmp_path / "flat.jsonl"), "--by_first_token"])
     expected = {
         token: (entry["accuracy"], entry["count"]) for token, entry in scores["iid_test"]["by_first_token"].items()
     }
@@ -473,5 +487,5 @@ def test_by_first_token_refuses_a_text_without_a_first_token_in_one_line(tmp_pat
     (tmp_path / "blank.jsonl").write_text('{"text": "[SM 1 2 ]", "label": "3"}\n{"text": "  ", "label": "1"}\n')
     evaluate_model = load_script("training/evaluate_model.py", "ndr_evaluate_model")
     with pytest.raises(evaluate_model.UsageError, match=r"blank.jsonl line 2: column 'text' holds an empty text") as e:
-        evaluate_model.main([LISTOPS_MODEL, "--file", str(tmp_path / "blank.jsonl"), "--by_first_token"])
+        evaluate_model.main([str(RELEASED_LISTOPS), "--file", str(tmp_path / "blank.jsonl"), "--by_first_token"])
     assert "\n" not in str(e.value), "the message is one line"
