@@ -15,6 +15,7 @@ DEMO_ARGS ?=
 .PHONY: help compare compare-budget release push-release setup demo demo-backward demo-backward-long demo-forward-long \
 	demo-backward-bos demo-backward-first example-finetune test test-fast test-slow test-gpu test-image-versions lint format \
 	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown \
+	release-cooldown-resume \
 	compare-tokens
 
 setup: $(STAMP) ## create .venv (CPU build of torch), install the package with its test and train extras, unpack transformers' common model tests
@@ -169,7 +170,8 @@ release: $(STAMP) ## the released models in hub_cards/models/ (trains the runs t
 # release-continue trains on this CPU (2 gloo processes, configuration/<task>_cpu_continue.yaml); gpu-release on this
 # machine's GPUs: the line's own recipe and global batch (the task's GPU preset, the paper's recipe, where the release
 # has no line), so separate GPU windows add up to one run. release-cooldown: a branch of the line whose learning
-# rate decays to 0, released if it is better; the line stays where it is.
+# rate decays to 0, released if it is better; the line stays where it is; release-cooldown-resume goes on with a
+# branch that its time box cut (the release's cooldown-checkpoint/).
 TASK ?= listops
 MINUTES ?= 60
 RELEASE_ARGS ?=
@@ -179,6 +181,8 @@ release-continue: $(STAMP) ## keep training the release of TASK on this CPU for 
 STEPS ?= 4000
 release-cooldown: $(STAMP) ## a branch of TASK's line whose learning rate decays to 0 over STEPS; released if ood_valid improved
 	$(BIN)/python hub_cards/make_model_repos.py --cooldown $(TASK) --steps $(STEPS) $(RELEASE_ARGS)
+release-cooldown-resume: $(STAMP) ## train on TASK's cooldown branch that a time box cut (its cooldown-checkpoint/)
+	$(BIN)/python hub_cards/make_model_repos.py --cooldown $(TASK) --resume_branch $(RELEASE_ARGS)
 gpu-release: $(STAMP) ## keep training the paper-size model of TASK on this machine's GPU(s) for MINUTES
 	$(BIN)/python hub_cards/make_model_repos.py --gpu $(TASK) --minutes $(MINUTES) $(GPU_RELEASE_ARGS)
 ORG ?= ndr-org

@@ -83,12 +83,14 @@ def render_lines(models: Path = RELEASED) -> str:
             ])  # fmt: skip
         for number, branch in enumerate(line.get("branches", []), 1):  # make release-cooldown
             best, released = branch.get("best") or {}, branch.get("released_step")
-            samples = samples_seen(line, branch["start_step"]) + (branch["end_step"] - branch["start_step"]) * branch[
-                "total_batch"]  # fmt: skip
+            # a segment of a branch that a time box cut (make release-cooldown-resume) names where the branch began
+            begun = branch.get("branch_start_step", branch["start_step"])
+            samples = samples_seen(line, begun) + (branch["end_step"] - begun) * branch["total_batch"]
+            resumed = f"; resumed, the branch from {begun:,}" if begun != branch["start_step"] else ""
             rows.append([
                 f"cooldown {number}", branch["finished"][:16].replace("T", " "), branch.get("commit") or "–",
                 branch["device"].split(", torch")[0] + (f", {branch['precision']}" if branch.get("precision") else ""),
-                f"{branch['start_step']:,} → {branch['end_step']:,} (rate to 0)", f"{samples / 1e6:.2f}M",
+                f"{branch['start_step']:,} → {branch['end_step']:,} (rate to 0){resumed}", f"{samples / 1e6:.2f}M",
                 f"{branch['seconds'] / 60:.0f}",
                 f"{best['ood_valid']:.3f} (step {best['step']:,})" if "ood_valid" in best else "–",
                 format_value(best.get("ood_test")), f"step {released:,}" if released is not None else "kept",

@@ -13,6 +13,10 @@ from modeling_ndr.training.records import evaluation_history, read_json
 
 
 LAST_CHECKPOINT = "last-checkpoint"
+# an unfinished cooldown branch (release_cooldown.py): its newest checkpoint and record, resumed by the next branch run
+BRANCH_CHECKPOINT = "cooldown-checkpoint"
+# the folders of a release that hold training state, kept whenever the release is replaced or re-rendered
+STATE_FOLDERS = (LAST_CHECKPOINT, BRANCH_CHECKPOINT)
 CONTINUATION_FILE = "continuation.json"
 CURVE_FILE = "training_curve.png"
 # preset values that change what is written or shown, or how the work is spread over a machine, not what is trained:

@@ -8,6 +8,7 @@
     python hub_cards/make_model_repos.py --continue arithmetic --minutes 150   # keep training a release (this CPU)
     python hub_cards/make_model_repos.py --gpu listops --minutes 25          # the paper-size model on this GPU
     python hub_cards/make_model_repos.py --cooldown arithmetic --steps 4000  # a decayed branch of the line, released
+    python hub_cards/make_model_repos.py --cooldown arithmetic --resume_branch --minutes 60  # on from a time box's cut
 
 Each release is one training run of `training/train.py` with a task preset, launched as `make demo` launches it (two
 gloo processes on the CPU), into `outputs/<run>/`. Its folder here holds `config.json` (with `auto_map` and
@@ -18,7 +19,8 @@ Releases keep training (`release_line.py`, `release_cooldown.py` beside this scr
 resumes a release's line (`last-checkpoint/`) on this CPU for a time box and replaces the release only when
 `ood_valid` improved; `--gpu` does the same on this machine's GPUs (a release without a line starts one of the task's
 GPU preset); `--cooldown` trains a branch whose learning rate decays to zero over N steps, released if at least as
-good. A line of another recipe is refused in one line (`--switch_recipe` starts a new line).
+good (`--resume_branch`: on from where a time box cut it, its `cooldown-checkpoint/`). A line of another recipe is
+refused in one line (`--switch_recipe` starts a new line).
 
 The modeling code is not committed here (copies would drift from `modeling_ndr/`): `--push` and `--stage` add it
 from the installed package (`save_pretrained` writes it), so the pushed repository also loads with
@@ -34,7 +36,7 @@ import sys
 import tempfile
 
 import torch
-from line_records import CURVE_FILE, LAST_CHECKPOINT, read_line, total_batch
+from line_records import BRANCH_CHECKPOINT, CURVE_FILE, LAST_CHECKPOINT, STATE_FOLDERS, read_line, total_batch
 from release_cooldown import cooldown_release
 from release_line import continue_release, release_lock
 
@@ -60,8 +62,9 @@ RELEASED_FILES = (
     "eval_results.json",
     "run_config.json",
 )
-# what a release folder keeps when it is re-rendered (--refresh, make release): the line's state and its curve
-LINE_FILES = (LAST_CHECKPOINT, CURVE_FILE)
+# what a release folder keeps when it is re-rendered (--refresh, make release): the line's state (and an unfinished
+# cooldown branch's) and its curve
+LINE_FILES = (*STATE_FOLDERS, CURVE_FILE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,8 +139,9 @@ def build(name: str, org: str, train: bool, refresh: bool = False) -> str | None
     release = RELEASES[name]
     run = release.output_dir()
     released = os.path.join(MODELS_DIR, name)
-    for folder in (released, os.path.join(released, LAST_CHECKPOINT)):  # a replacement a kill cut in two: finished
-        clean_leftovers(folder)  # (else a line's last-checkpoint/ is only a hidden sibling, and is left out below)
+    # a replacement a kill cut in two: finished (else a line's last-checkpoint/ is a hidden sibling, left out below)
+    for folder in (released, *(os.path.join(released, state) for state in STATE_FOLDERS)):
+        clean_leftovers(folder)
     if os.path.isdir(os.path.join(released, LAST_CHECKPOINT)):  # its line makes it now, not the run of RELEASES
         if refresh:
             return _copy_release(name, released, org)
@@ -256,28 +260,33 @@ def cpu_continue(task: str, minutes: float, **kwargs) -> dict:
 
 def cpu_cooldown(
     task: str,
-    steps: int,
+    steps: int | None,
     minutes: float | None = None,
-    decay_type: str = "linear",
+    decay_type: str | None = None,
     outputs_dir: str | None = None,
     models_dir: str = MODELS_DIR,
     org: str = DEFAULT_ORG,
     command: list[str] | None = None,
     processes: int = 2,
     env: dict | None = None,
+    chunk_steps: int | None = None,
+    resume_branch: bool = False,
 ) -> dict:
     """`make release-cooldown`: a cooldown branch of release `task`'s line on this CPU (`cooldown.cooldown_release`),
-    with the line's recipe and global batch, into the work folder `<line's work folder>-cooldown`.
+    with the line's recipe and global batch, into the work folder `<line's work folder>-cooldown`;
+    `make release-cooldown-resume`: the release's unfinished branch, trained on from its `cooldown-checkpoint/`.
 
     Args:
         task: a key of `CPU_CONTINUATIONS`.
-        steps: the branch's steps (the decay to zero).
-        minutes: a time box for the branch.
-        decay_type: the decay's shape (linear, cosine, 1-sqrt).
+        steps: the branch's steps (the decay to zero); None when resuming a branch (it has its own).
+        minutes: a time box for this run of the branch.
+        decay_type: the decay's shape (linear, cosine, 1-sqrt; None: linear, or a resumed branch's own).
         outputs_dir, models_dir, org: as `continue_line`'s.
         command: the launch of train.py (default: two gloo processes, as `make release-continue`).
         processes: the processes `command` starts.
         env: the launch's environment (default: `CPU_ENV`).
+        chunk_steps: stop this run after this many steps (`--max_chunk_steps`).
+        resume_branch: resume the unfinished branch instead of starting one.
     """
     if task not in CPU_CONTINUATIONS:
         raise UsageError(f"--cooldown {task}: no line for it; choose one of {', '.join(sorted(CPU_CONTINUATIONS))}")
@@ -293,12 +302,18 @@ def cpu_cooldown(
         release_dir, work_dir,
         launch + ["--preset", recipe["preset"], "--output_dir", shown, "--disable_tqdm", "true"],
         steps, publisher(name, org, MAX_BYTES), paper=PAPER_BUDGETS.get(name), decay_type=decay_type,
-        minutes=minutes, cwd=REPO, env=env or dict(os.environ, **CPU_ENV),
+        minutes=minutes, chunk_steps=chunk_steps, resume_branch=resume_branch, cwd=REPO,
+        env=env or dict(os.environ, **CPU_ENV),
     )  # fmt: skip
     value = f"{summary['release_value']:.4f}" if summary["release_value"] is not None else "none"
     outcome = "released" if summary["released"] else "release kept"
-    print(f"[release] {name}: cooldown branch from step {summary['start_step']} to {summary['step']}; best "
-          f"{summary['metric']} {summary['branch_best']}; {outcome} ({value})")  # fmt: skip
+    print(
+        f"[release] {name}: cooldown branch from step {summary['start_step']} at step {summary['step']} of "
+        f"{summary['end_step']}; best {summary['metric']} {summary['branch_best']}; {outcome} ({value})"
+    )
+    if not summary["finished"]:
+        print(f"[release] {name}: the branch is unfinished (its {BRANCH_CHECKPOINT}/); "
+              f"make release-cooldown-resume TASK={task} RELEASE_ARGS=\"--minutes <minutes>\" trains on")  # fmt: skip
     return summary
 
 
@@ -402,7 +417,12 @@ def main(argv=None):
         help="Train a branch of this release's line whose learning rate decays to 0 over --steps.",
     )
     line.add_argument("--steps", type=int, default=None, help="The cooldown branch's steps.")
-    line.add_argument("--decay_type", default="linear", help="The cooldown's shape: linear, cosine or 1-sqrt.")
+    line.add_argument("--decay_type", default=None, help="The cooldown's shape: linear (default), cosine or 1-sqrt.")
+    line.add_argument(
+        "--resume_branch",
+        action="store_true",
+        help="With --cooldown: train on the release's unfinished branch (its cooldown-checkpoint/).",
+    )
     line.add_argument("--minutes", type=float, default=None, help="The time box of the chunk (wall-clock minutes).")
     line.add_argument("--switch_recipe", action="store_true", help="Replace a line of another recipe by a new one.")
     line.add_argument("--from_scratch", action="store_true", help="A new line starts from a new model.")
@@ -411,11 +431,13 @@ def main(argv=None):
     line.add_argument("--outputs_dir", default=None, help="Where the work folder goes (default: outputs/).")
     line.add_argument("--models_dir", default=MODELS_DIR, help="Where the release folder is.")
     args = parser.parse_args(argv)
+    if args.resume_branch and not args.cooldown:
+        raise UsageError("--resume_branch resumes a cooldown branch: pass --cooldown TASK too")
     if args.cooldown:
-        if not args.steps or args.steps <= 0:
+        if not args.resume_branch and (not args.steps or args.steps <= 0):
             raise UsageError("--steps N (N > 0): the cooldown branch's steps")
         cpu_cooldown(args.cooldown, args.steps, args.minutes, args.decay_type, args.outputs_dir, args.models_dir,
-                     args.org)  # fmt: skip
+                     args.org, resume_branch=args.resume_branch)  # fmt: skip
         return
     if args.gpu or args.continue_task:
         if not args.minutes or args.minutes <= 0:

@@ -13,6 +13,12 @@ The branch resumes the line's checkpoint with Trainer's `warmup_stable_decay` sc
 branch's (`num_decay_steps`), so its learning rates, and its weights, are those of one uninterrupted run with that
 schedule (tested). Its record (steps, seconds, device, what it released) is added to the line's `continuation.json`
 under `branches`; its steps are counted in the compute record of a release it makes, not in the line's.
+
+A branch cut by its time box before its last step releases what it evaluated and keeps its newest checkpoint in the
+release's `cooldown-checkpoint/` (beside `last-checkpoint/`, committed with it), whose `continuation.json` holds the
+branch (its start, decay steps and shape) and the records of its segments. `resume_branch=True` trains it on from
+there with the same schedule and horizon, so a decay longer than one sitting is still one run (tested); the branch's
+last segment removes the folder, and a new branch replaces an unfinished one (with a warning).
 """
 
 import json
@@ -21,6 +27,7 @@ import os
 import shutil
 
 from line_records import (
+    BRANCH_CHECKPOINT,
     CONTINUATION_FILE,
     LAST_CHECKPOINT,
     _git_commit,
@@ -38,12 +45,13 @@ from release_line import (
     resume_in,
     staged_checkpoint,
     trained_checkpoint,
+    write_last_checkpoint,
     write_release,
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from modeling_ndr.training.atomic import clean_leftovers
-from modeling_ndr.training.errors import UsageError
+from modeling_ndr.training.atomic import clean_leftovers, temporary_sibling
+from modeling_ndr.training.errors import UsageError, first_line
 from modeling_ndr.training.processes import run_process
 from modeling_ndr.training.records import evaluation_history, read_json
 
@@ -82,11 +90,13 @@ def cooldown_release(
     release_dir: str,
     work_dir: str,
     command: list[str],
-    steps: int,
+    steps: int | None,
     publish,
     paper: dict | None = None,
-    decay_type: str = "linear",
+    decay_type: str | None = None,
     minutes: float | None = None,
+    chunk_steps: int | None = None,
+    resume_branch: bool = False,
     **run_kwargs,
 ) -> dict:
     """Train a cooldown branch of the release's line and release its best checkpoint if it is at least as good.
@@ -97,52 +107,104 @@ def cooldown_release(
         work_dir: train.py's `--output_dir` for the branch (the command must name it; not the line's work folder).
         command: the line's train.py launch (`--preset`, `--output_dir`, the total batch); the branch's schedule,
             horizon and `--resume_from_checkpoint` are added.
-        steps: the branch's steps (Trainer evaluates the last one whether or not it is an evaluation step).
+        steps: the branch's steps (Trainer evaluates the last one whether or not it is an evaluation step); with
+            `resume_branch`, None (or the unfinished branch's own).
         publish: as `release_line.write_release`.
         paper: as `release_line.write_release`.
-        decay_type: the decay's shape.
-        minutes: a time box (`--max_wall_minutes`); a branch cut by it releases what it evaluated.
+        decay_type: the decay's shape (None: linear, or the unfinished branch's own).
+        minutes: a time box (`--max_wall_minutes`); a branch cut by it releases what it evaluated and keeps its newest
+            checkpoint in `cooldown-checkpoint/`, for `resume_branch`.
+        chunk_steps: stop after this many of the branch's steps instead (`--max_chunk_steps`), as `minutes` does.
+        resume_branch: train on the release's unfinished branch (`cooldown-checkpoint/`) instead of starting one.
         **run_kwargs: for `processes.run_process` (`env`, `cwd`).
 
     Returns:
-        `{"start_step", "step", "released", "metric", "branch_best", "release_value"}`.
+        `{"start_step", "step", "end_step", "finished", "released", "metric", "branch_best", "release_value"}`:
+        `start_step` is the line's step the branch started from, `step` where this run stopped, `end_step` the
+        branch's last.
     """
     with release_lock(release_dir):
-        return _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type, minutes, run_kwargs)
+        return _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type, minutes, chunk_steps,
+                         resume_branch, run_kwargs)  # fmt: skip
 
 
-def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type, minutes, run_kwargs) -> dict:
+def read_branch(release_dir: str) -> dict | None:
+    """The record of the release's unfinished cooldown branch (`cooldown-checkpoint/continuation.json`: `branch`
+    with its `start_step`, `decay_steps` and `decay_type`, and `chunks`, one per segment), None if there is none; a
+    one-line `UsageError` if the folder is there without a readable record."""
+    folder = os.path.join(release_dir, BRANCH_CHECKPOINT)
+    if not os.path.isdir(folder):
+        return None
+    try:
+        record = read_json(os.path.join(folder, CONTINUATION_FILE))
+        branch = record["branch"]
+        int(branch["start_step"]), int(branch["decay_steps"]), str(branch["decay_type"]), list(record["chunks"])
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise UsageError(f"{folder}: {CONTINUATION_FILE} is not an unfinished branch's record ({first_line(error)}); "
+                         "nothing was changed") from None  # fmt: skip
+    return record
+
+
+def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type, minutes, chunk_steps, resume_branch,
+              run_kwargs) -> dict:  # fmt: skip
     name = os.path.basename(os.path.abspath(release_dir))
     last = os.path.join(release_dir, LAST_CHECKPOINT)
-    for folder in (release_dir, last):  # finish or undo a replacement that a kill cut in two
+    pending_dir = os.path.join(release_dir, BRANCH_CHECKPOINT)
+    for folder in (release_dir, last, pending_dir):  # finish or undo a replacement that a kill cut in two
         clean_leftovers(folder)
-    if steps <= 0:
-        raise UsageError(f"--steps {steps}: a cooldown branch trains at least one step")
-    _check_work_dir_free(work_dir)
     line = read_line(release_dir)
     if line is None:
         raise UsageError(f"{name}: no line to branch from (no {LAST_CHECKPOINT}/); make release-continue starts one")
+    pending = read_branch(release_dir)
+    if resume_branch:
+        if pending is None:
+            raise UsageError(f"{name}: no unfinished cooldown branch to resume (no {BRANCH_CHECKPOINT}/); "
+                             "make release-cooldown starts one")  # fmt: skip
+        branch = pending["branch"]
+        for flag, asked, own in (("--steps", steps, branch["decay_steps"]), ("--decay_type", decay_type,
+                                                                             branch["decay_type"])):  # fmt: skip
+            if asked is not None and asked != own:
+                raise UsageError(f"{flag} {asked}: the unfinished branch of {name} (from step {branch['start_step']}) "
+                                 f"has {own}; resume it without {flag}, or start a new branch")  # fmt: skip
+        branch_start, steps, decay_type = branch["start_step"], branch["decay_steps"], branch["decay_type"]
+        source, segments = pending_dir, pending["chunks"]
+    else:
+        if steps is None or steps <= 0:
+            raise UsageError(f"--steps {steps}: a cooldown branch trains at least one step")
+        branch_start, decay_type = None, decay_type or "linear"  # the branch starts where the line stands
+        source, segments = last, []
+    _check_work_dir_free(work_dir)
     values = line["recipe"]["values"]
-    staged = staged_checkpoint(last, work_dir)
+    staged = staged_checkpoint(source, work_dir)
     try:
         start = checkpoint_step(staged)
-        arguments = cooldown_arguments(values, start, steps, decay_type)
-        clear_work_dir(work_dir)  # a branch before this one
+        branch_start = start if branch_start is None else branch_start
+        arguments = cooldown_arguments(values, branch_start, steps, decay_type)
+        clear_work_dir(work_dir)  # a branch (or segment) before this one
         resume, staged = resume_in(work_dir, staged), None
     finally:
         if staged:
             shutil.rmtree(staged, ignore_errors=True)
+    if pending and not resume_branch:
+        old, trained = pending["branch"], pending["chunks"][-1]["end_step"] - pending["branch"]["start_step"]
+        logger.warning("%s: a new branch replaces the unfinished one from step %d (%d of %d steps trained)", name,
+                       old["start_step"], trained, old["decay_steps"])  # fmt: skip
     start_seconds = training_clock(read_json(os.path.join(resume, "trainer_state.json")))
     commit = _git_commit()
-    limits = ["--max_wall_minutes", f"{minutes:g}"] if minutes else []
+    limits = (["--max_wall_minutes", f"{minutes:g}"] if minutes else []) + (
+        ["--max_chunk_steps", str(chunk_steps)] if chunk_steps else []
+    )
     branch_command = command + arguments + limits + ["--resume_from_checkpoint", resume]
-    logger.info("%s: cooldown branch from step %d, %d steps: %s", name, start, steps, " ".join(branch_command))
+    logger.info("%s: cooldown branch from step %d, %d steps, resumed at %d: %s", name, branch_start, steps, start,
+                " ".join(branch_command))  # fmt: skip
     status = run_process(branch_command, forward_signals=True, **run_kwargs).returncode
     newest = trained_checkpoint(f"{name}: the cooldown branch", work_dir, status, start)
 
     state = read_json(os.path.join(newest, "trainer_state.json"))
     record = chunk_record(work_dir, newest, start, start_seconds, line["recipe"]["total_batch"], commit)
-    record.update(decay_steps=steps, decay_type=decay_type)
+    record.update(decay_steps=steps, decay_type=decay_type, branch_start_step=branch_start)
+    segments = [*segments, record]
+    finished = state["global_step"] >= branch_start + steps
     metric = values.get("metric_for_best_model", "ood_valid_accuracy")
     split = metric_split(metric)
     # the branch's evaluations whose checkpoint is kept (Trainer keeps the best it knows, which may be the line's:
@@ -157,21 +219,35 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
     record["best"] = (
         {"step": best["step"], **{s: v["accuracy"] for s, v in best.items() if s != "step"}} if best else None
     )
-    # the branch's chunk is part of what the released weights saw: the compute record and the curve count it
-    branched = {**line, "chunks": [*line["chunks"], record]}
+    # the branch's segments are part of what the released weights saw: the compute record and the curve count them,
+    # and the line's chunks up to the branch's start (the line may have trained on since a branch was cut)
+    line_chunks = [chunk for chunk in line["chunks"] if chunk["end_step"] <= branch_start]
+    branched = {**line, "chunks": [*line_chunks, *segments]}
     if released:
         run_config = read_json(os.path.join(work_dir, "run_config.json")) or {}
-        run_config["cooldown"] = {"start_step": start, "decay_steps": steps, "decay_type": decay_type}
+        run_config["cooldown"] = {"start_step": branch_start, "decay_steps": steps, "decay_type": decay_type}
         write_release(release_dir, best_dir, state, branched, run_config, publish, paper)
         logger.warning("%s: released step %d of the cooldown branch (%s %.4f, was %s)", name, best["step"], metric,
                        best[split]["accuracy"], current)  # fmt: skip
     else:
         logger.warning("%s: the release stays (%s %s; the branch's best: %s)", name, metric, current,
                        best[split]["accuracy"] if best else None)  # fmt: skip
+    if not finished:  # the branch's newest state and its record, for the next run to resume
+        branch = {"start_step": branch_start, "decay_steps": steps, "decay_type": decay_type}
+        write_last_checkpoint(release_dir, newest, {"line_id": line.get("line_id"), "branch": branch,
+                                                    "chunks": segments}, folder=BRANCH_CHECKPOINT)  # fmt: skip
+        logger.warning("%s: the branch stopped at step %d of its %d (from %d); resume_branch continues it", name,
+                       state["global_step"], branch_start + steps, branch_start)  # fmt: skip
+    elif os.path.isdir(pending_dir):  # finished: no branch is left to resume (aside first: a kill leaves none)
+        aside = temporary_sibling(pending_dir)
+        os.rename(pending_dir, aside)
+        shutil.rmtree(aside, ignore_errors=True)
     _record_branch(last, record)
     return {
-        "start_step": start,
+        "start_step": branch_start,
         "step": state["global_step"],
+        "end_step": branch_start + steps,
+        "finished": finished,
         "released": released,
         "metric": metric,
         "branch_best": best[split]["accuracy"] if best else None,

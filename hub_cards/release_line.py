@@ -49,6 +49,7 @@ from line_records import (
     CONTINUATION_FILE,
     CURVE_FILE,
     LAST_CHECKPOINT,
+    STATE_FOLDERS,
     _git_commit,
     checkpoint_step,
     chunk_record,
@@ -76,9 +77,10 @@ from modeling_ndr.training.records import read_json
 logger = logging.getLogger(__name__)
 
 
-def write_last_checkpoint(release_dir: str, checkpoint: str, continuation: dict) -> str:
-    """Make `checkpoint` (a complete Trainer checkpoint) the release's `last-checkpoint/`, with `continuation`."""
-    target = os.path.join(release_dir, LAST_CHECKPOINT)
+def write_last_checkpoint(release_dir: str, checkpoint: str, continuation: dict, folder: str = LAST_CHECKPOINT) -> str:
+    """Make `checkpoint` (a complete Trainer checkpoint) the release's `last-checkpoint/` (or another state `folder`
+    of it: `cooldown-checkpoint/`), with `continuation` as its `continuation.json`."""
+    target = os.path.join(release_dir, folder)
     with atomic_folder(target) as staging:
         # the modeling code that save_pretrained adds is left out (copies would drift from the package's)
         shutil.copytree(checkpoint, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.py"))
@@ -98,7 +100,8 @@ def write_release(
     paper: dict | None = None,
 ) -> str:
     """Release `checkpoint`: its hub-ready files with the compute record on the card, the curve, and the line's
-    `last-checkpoint/` carried over; the folder is replaced whole.
+    `last-checkpoint/` (and an unfinished cooldown branch's `cooldown-checkpoint/`) carried over; the folder is
+    replaced whole.
 
     Args:
         release_dir: the release folder.
@@ -146,9 +149,9 @@ def write_release(
         publish(model_dir, staging, results_at(trainer_state, step), run_config)
         plot_training_curve(curve_points(continuation, trainer_state), os.path.join(staging, CURVE_FILE),
                             released_step=step, paper=paper, title=os.path.basename(release_dir))  # fmt: skip
-        last = os.path.join(release_dir, LAST_CHECKPOINT)
-        if os.path.isdir(last):
-            shutil.copytree(last, os.path.join(staging, LAST_CHECKPOINT))
+        for folder in STATE_FOLDERS:
+            if os.path.isdir(os.path.join(release_dir, folder)):
+                shutil.copytree(os.path.join(release_dir, folder), os.path.join(staging, folder))
     return release_dir
 
 
