@@ -161,6 +161,10 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
             raise UsageError(f"{name}: no unfinished cooldown branch to resume (no {BRANCH_CHECKPOINT}/); "
                              "make release-cooldown starts one")  # fmt: skip
         branch = pending["branch"]
+        if pending.get("line_id") != line.get("line_id"):  # --switch_recipe started another line since the cut
+            raise UsageError(f"{name}: the unfinished branch (from step {branch['start_step']}) is of line "
+                             f"{pending.get('line_id')}, the release's line is now {line.get('line_id')}; "
+                             "make release-cooldown starts a branch of it")  # fmt: skip
         for flag, asked, own in (("--steps", steps, branch["decay_steps"]), ("--decay_type", decay_type,
                                                                              branch["decay_type"])):  # fmt: skip
             if asked is not None and asked != own:

@@ -3,8 +3,9 @@ arithmetic line of tests/test_release_continuation.py (one process, temporary fo
 4 gives the weights of one uninterrupted `warmup_stable_decay` run, releases its best checkpoint only when `ood_valid`
 is at least the release's, never changes the line's checkpoint, and records itself in the line's record. A branch
 cut before its last step keeps its state in `cooldown-checkpoint/`, and resumed from there (`make
-release-cooldown-resume`) it gives the same weights as the uninterrupted run; resuming what is not there, or with
-another length or shape, is refused in one line; a new branch replaces an unfinished one."""
+release-cooldown-resume`) it gives the same weights as the uninterrupted run; resuming what is not there, with
+another length or shape, or of a line since replaced is refused in one line; a new branch replaces an unfinished
+one."""
 
 import json
 import os
@@ -177,6 +178,12 @@ def test_resuming_what_is_not_there_or_another_branch_is_refused_in_one_line(lin
     with pytest.raises(UsageError, match="--decay_type cosine: the unfinished branch"):
         branch(cut_branch, steps=None, decay_type="cosine", resume_branch=True)
     assert snapshot(cut_branch / "models") == before, "nothing was changed"
+
+    shutil.copytree(cut_branch / "models", tmp_path / "models")  # a new line (--switch_recipe) since the cut
+    record_path = tmp_path / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE
+    record_path.write_text(json.dumps({**json.loads(record_path.read_text()), "line_id": "another line"}))
+    with pytest.raises(UsageError, match="the release's line is now another line; make release-cooldown starts"):
+        branch(tmp_path, steps=None, resume_branch=True)
 
 
 def test_a_new_branch_replaces_an_unfinished_one(cut_branch, tmp_path, caplog):
