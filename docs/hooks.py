@@ -52,7 +52,7 @@ def render_lines(models: Path = RELEASED) -> str:
     which commit, on what, the steps, the samples seen at its end, its best `ood_valid` (with that evaluation's
     `ood_test`) and what it released."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub_cards"))  # release tooling: not in the package
-    from line_records import samples_seen
+    from line_records import samples_seen, warm_seconds
 
     from modeling_ndr.training.records import evaluation_history
 
@@ -63,10 +63,15 @@ def render_lines(models: Path = RELEASED) -> str:
         history = evaluation_history(state)
         rows = []
         if warm := line.get("warm_start"):
-            results = warm.get("results", {})
-            rows.append(["start", "–", warm.get("commit") or "–", warm["device"].split(", torch")[0],
-                         f"{warm['steps']:,} (the release's own run)", f"{warm['samples'] / 1e6:.2f}M",
-                         f"{warm['seconds'] / 60:.0f}", format_value(results.get("ood_valid")),
+            # from a release's own run or from one a line made (warm_seconds: per device; older records: one number)
+            results, seconds = warm.get("results", {}), warm_seconds(warm)
+            made_by = (
+                f"the release's {warm['chunks']} chunks" if warm.get("chunks", 1) > 1 else "the release's own run"
+            )
+            rows.append(["start", "–", warm.get("commit") or "–",
+                         ", ".join(device.split(", torch")[0] for device in seconds) or "–",
+                         f"{warm['steps']:,} ({made_by})", f"{warm['samples'] / 1e6:.2f}M",
+                         f"{sum(seconds.values()) / 60:.0f}", format_value(results.get("ood_valid")),
                          format_value(results.get("ood_test")), "the release it started from"])  # fmt: skip
         for number, chunk in enumerate(line["chunks"], 1):
             inside = [e for e in history if chunk["start_step"] < e["step"] <= chunk["end_step"] and "ood_valid" in e]

@@ -122,6 +122,9 @@ def test_the_lab_record_has_a_row_per_chunk_of_every_release_line_and_the_site_s
     for record in records:
         name, line = record.parent.parent.name, json.loads(record.read_text())
         block = lines.split(f"`{name}` (recipe `{line['recipe']['preset']}`)")[1].split("\n\n`ndr-")[0]
+        if warm := line.get("warm_start"):  # from a release's own run, or from a release that a line made
+            row = next(row for row in block.splitlines() if row.startswith("| start |"))
+            assert f"{warm['steps']:,} (the release's " in row and f"{warm['samples'] / 1e6:.2f}M" in row, row
         for number, chunk in enumerate(line["chunks"], 1):
             row = next(row for row in block.splitlines() if row.startswith(f"| {number} |"))
             assert f"{chunk['start_step']:,} → {chunk['end_step']:,}" in row, row
