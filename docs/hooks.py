@@ -68,8 +68,7 @@ def render_lines(models: Path = RELEASED) -> str:
             made_by = (
                 f"the release's {warm['chunks']} chunks" if warm.get("chunks", 1) > 1 else "the release's own run"
             )
-            rows.append(["start", "–", warm.get("commit") or "–",
-                         ", ".join(device.split(", torch")[0] for device in seconds) or "–",
+            rows.append(["start", "–", warm.get("commit") or "–", ", ".join(map(machine_name, seconds)) or "–",
                          f"{warm['steps']:,} ({made_by})", f"{warm['samples'] / 1e6:.2f}M",
                          f"{sum(seconds.values()) / 60:.0f}", format_value(results.get("ood_valid")),
                          format_value(results.get("ood_test")), "the release it started from"])  # fmt: skip
@@ -79,7 +78,7 @@ def render_lines(models: Path = RELEASED) -> str:
             released = chunk.get("released_step")
             rows.append([
                 str(number), chunk["finished"][:16].replace("T", " "), chunk.get("commit") or "–",
-                chunk["device"].split(", torch")[0] + (f", {chunk['precision']}" if chunk.get("precision") else ""),
+                machine_name(chunk["device"], chunk.get("precision")),
                 f"{chunk['start_step']:,} → {chunk['end_step']:,}",
                 f"{samples_seen(line, chunk['end_step']) / 1e6:.2f}M", f"{chunk['seconds'] / 60:.0f}",
                 f"{best['ood_valid']['accuracy']:.3f} (step {best['step']:,})" if best else "–",
@@ -94,7 +93,7 @@ def render_lines(models: Path = RELEASED) -> str:
             resumed = f"; resumed, the branch from {begun:,}" if begun != branch["start_step"] else ""
             rows.append([
                 f"cooldown {number}", branch["finished"][:16].replace("T", " "), branch.get("commit") or "–",
-                branch["device"].split(", torch")[0] + (f", {branch['precision']}" if branch.get("precision") else ""),
+                machine_name(branch["device"], branch.get("precision")),
                 f"{branch['start_step']:,} → {branch['end_step']:,} (rate to 0){resumed}", f"{samples / 1e6:.2f}M",
                 f"{branch['seconds'] / 60:.0f}",
                 f"{best['ood_valid']:.3f} (step {best['step']:,})" if "ood_valid" in best else "–",
@@ -112,6 +111,11 @@ def render_curves(models: Path = RELEASED) -> str:
     blocks = [f"`{curve.parent.name}`\n\n![{curve.parent.name}: accuracy against training samples seen]"
               f"(images/{curve.parent.name}_{curve.name})\n" for curve in released_curves(models)]  # fmt: skip
     return "\n".join(blocks) or "No release keeps training yet.\n"
+
+
+def machine_name(device: str, precision: str | None = None) -> str:
+    """A recorded device without its torch build (that is on the card), and the precision it trained in if given."""
+    return device.split(", torch")[0] + (f", {precision}" if precision else "")
 
 
 def format_value(value) -> str:
@@ -161,7 +165,7 @@ def fixed_steps_accuracy(result: dict) -> float:
 def trained_with(run: dict) -> str:
     """What a release's run (or its line) spent."""
     minutes = run.get("training", {}).get("seconds", 0) / 60
-    machine = run["machine"].split(", torch")[0]  # the torch build is on the card
+    machine = machine_name(run["machine"])
     trained = f"`{run['preset']}`: {minutes:.1f} min, {run.get('processes', 1)} process(es) on {machine}"
     if compute := run.get("continuation"):  # a release that keeps training: what its line spent
         hours = sum(compute["seconds"].values()) / 3600
