@@ -173,17 +173,38 @@ def release_metric(release_dir: str, metric: str) -> float | None:
 
 
 def curve_points(continuation: dict, trainer_state: dict) -> list[dict]:
-    """The line's evaluations against samples seen: `[{"samples", "step", "<split>": accuracy}]` (the warm start's
-    own evaluation first, if it recorded one)."""
-    points = []
+    """The line's evaluations against samples seen: `[{"samples", "step", "line", "<split>": accuracy}]`, `line`
+    the line's id. First the curve its warm start carried (the lines before it, up to the released weights it started
+    from; `step` None there), then the warm start's own evaluation, if it recorded one."""
     warm = continuation.get("warm_start") or {}
+    line_id = continuation.get("line_id")
+    points = [{**point, "step": None} for point in warm.get("curve", [])]
     if warm.get("results"):
-        points.append({"samples": warm["samples"], "step": 0, **warm["results"]})
+        points.append({"samples": warm["samples"], "step": 0, "line": line_id, **warm["results"]})
     for evaluation in evaluation_history(trainer_state):
-        point = {"samples": samples_seen(continuation, evaluation["step"]), "step": evaluation["step"]}
+        step = evaluation["step"]
+        point = {"samples": samples_seen(continuation, step), "step": step, "line": line_id}
         point.update({split: values["accuracy"] for split, values in evaluation.items() if split != "step"})
         points.append(point)
     return points
+
+
+def earlier_curve(line: dict | None, trainer_state: dict | None, run_config: dict) -> list[dict]:
+    """The curve behind a release that a line made, for a new line that starts from its weights: `curve_points` of
+    that line (with what it carried from before it) up to the released step, or to the start of the cooldown branch
+    that made the release (the branch's own evaluations are not in the line's state). [] if `line` (the release's
+    `last-checkpoint/` record) is not the line that made the release.
+
+    Args:
+        line: the `continuation.json` in the release's `last-checkpoint/` (None: there is none).
+        trainer_state: the `trainer_state.json` there.
+        run_config: the release's `run_config.json`.
+    """
+    made = run_config.get("continuation") or {}
+    if not line or not trainer_state or not made.get("line_id") or line.get("line_id") != made["line_id"]:
+        return []
+    end = (run_config.get("cooldown") or {}).get("start_step", made.get("line_step", 0))
+    return [point for point in curve_points(line, trainer_state) if point["step"] is None or point["step"] <= end]
 
 
 def read_line(release_dir: str) -> dict | None:
@@ -205,7 +226,8 @@ def read_line(release_dir: str) -> dict | None:
 
 def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
     """The `continuation.json` of a new line: its recipe and, from the release's weights, what they had cost (the
-    whole compute record of a release that a line made, else its one run)."""
+    whole compute record of a release that a line made, else its one run) and the curve that led to them
+    (`earlier_curve`)."""
     warm = None
     if warm_start:
         if not os.path.isfile(os.path.join(release_dir, "model.safetensors")):
@@ -221,10 +243,14 @@ def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
             device = run_config.get("machine", "unrecorded")
             spent = {"steps": steps, "samples": steps * batch, "seconds": {device: training.get("seconds", 0.0)},
                      "chunks": training.get("chunks", 1)}  # fmt: skip
+        last = os.path.join(release_dir, LAST_CHECKPOINT)
+        line = read_line(release_dir)
         warm = {
             "from": os.path.basename(os.path.abspath(release_dir)),
             **spent,
             "results": {split: values.get("fixed_steps", values)["accuracy"] for split, values in results.items()},
+            # the learning curve so far, so that the card's curve still starts at 0 samples
+            "curve": earlier_curve(line, line and read_json(os.path.join(last, "trainer_state.json")), run_config),
         }
     line_id = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     return {"line_id": line_id, "recipe": recipe, "warm_start": warm, "chunks": []}

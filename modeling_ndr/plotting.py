@@ -84,11 +84,12 @@ def plot_training_curve(
     points: list[dict], path=None, released_step: int | None = None, paper: dict | None = None, title: str = ""
 ):
     """A release line's learning curve: accuracy on each evaluation split against the training samples seen, with
-    the released checkpoint and the paper's budget and result marked (`continuation.write_release` puts it on the
+    the released checkpoint and the paper's budget and result marked (`release_line.write_release` puts it on the
     card as `training_curve.png`).
 
     Args:
-        points: `[{"samples": n, "step": s, "<split>": accuracy, ...}]` in order (`continuation.curve_points`).
+        points: `[{"samples": n, "step": s, "<split>": accuracy, ...}]` in order (`line_records.curve_points`); a
+            point's optional `line` (the line's id) marks where a new line starts from an earlier line's release.
         path (*optional*): save the figure there.
         released_step (*optional*): the step of the released checkpoint (a marker on each curve).
         paper (*optional*): `{"samples": n, "ood_test": a}`: the paper's training budget (a vertical line) and its
@@ -111,6 +112,11 @@ def plot_training_curve(
         released = [p for p in points if p["step"] == released_step and p.get(split) is not None][-1:]
         if released:
             axes.plot([released[0]["samples"] / 1e6], [released[0][split]], "o", color=color)
+    # where a line started from the weights another line released (its recipe changed): `points` name their line
+    starts = [p["samples"] / 1e6 for before, p in zip(points, points[1:]) if p.get("line") != before.get("line")]
+    for i, start in enumerate(starts):
+        axes.axvline(start, color="tab:purple", linestyle="-.", linewidth=1,
+                     label="a new line from the release" if i == 0 else None)  # fmt: skip
     if paper:
         axes.axvline(paper["samples"] / 1e6, color="tab:green", linestyle="--", linewidth=1)
         axes.axhline(paper["ood_test"], color="tab:green", linestyle=":", linewidth=1)

@@ -3,8 +3,9 @@ a tiny arithmetic line (configuration/tiny_release_line_test.yaml) in one proces
 in place of outputs/ and hub_cards/models/. Two continuations add up to the weights of one uninterrupted run; `make
 gpu-release` continues a line a CPU started (and a worse `ood_valid` keeps the release); a line of another recipe, a
 corrupt `last-checkpoint/`, a busy work folder and a second continuation at once are refused in one line with nothing
-changed; `--switch_recipe` starts a new line without adopting the old one's chunk; a continuation interrupted after
-training is adopted by the next one; `make release` leaves a release with a line to its line."""
+changed; `--switch_recipe` starts a new line without adopting the old one's chunk, carrying its curve up to the
+released weights; a continuation interrupted after training is adopted by the next one; `make release` leaves a
+release with a line to its line."""
 
 import hashlib
 import json
@@ -39,10 +40,10 @@ repos = load_script("hub_cards/make_model_repos.py")
 
 
 def continue_tiny(tmp: Path, chunk_steps: int | None, preset: str = PRESET, name: str = NAME,
-                  release_preset: str = PRESET, **kwargs) -> dict:  # fmt: skip
+                  release_preset: str = PRESET, warm_start: bool = False, **kwargs) -> dict:  # fmt: skip
     release = repos.Release(release_preset, "line")
     return repos.continue_line(name, release, None, COMMAND, processes=1, preset=preset, outputs_dir=str(tmp / "out"),
-                               models_dir=str(tmp / "models"), warm_start=False, chunk_steps=chunk_steps,
+                               models_dir=str(tmp / "models"), warm_start=warm_start, chunk_steps=chunk_steps,
                                env=dict(os.environ, OMP_NUM_THREADS="1"), **kwargs)  # fmt: skip
 
 
@@ -251,6 +252,49 @@ def test_switch_recipe_starts_a_new_line_and_does_not_adopt_the_old_one_s_chunk(
     new = json.loads((tmp / "models" / NAME / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
     assert new["line_id"] != old["line_id"] and new["recipe"]["values"]["learning_rate"] == 3e-4
     assert [(c["start_step"], c["end_step"]) for c in new["chunks"]] == [(0, 2)]
+
+
+def test_a_new_line_from_the_release_carries_the_curve_that_led_to_it(first_chunk, tmp_path):
+    tmp = copy_line(first_chunk, tmp_path)
+    release = tmp / "models" / NAME
+    old = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
+    old_state = json.loads((release / "last-checkpoint" / "trainer_state.json").read_text())
+    made = json.loads((release / "run_config.json").read_text())["continuation"]
+    before = line.curve_points(old, old_state)
+    other = tmp / "slower.yaml"
+    other.write_text(f"base: {PRESET}\nlearning_rate: 3.0e-4\n")
+    continue_tiny(tmp, chunk_steps=2, preset=str(other), switch_recipe=True, warm_start=True)
+
+    new = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())
+    carried = new["warm_start"]["curve"]
+    assert carried and carried == [p for p in before if p["step"] <= made["line_step"]], "up to the released step"
+    assert all(p["line"] == old["line_id"] for p in carried)
+    state = json.loads((release / "last-checkpoint" / "trainer_state.json").read_text())
+    points = line.curve_points(new, state)
+    assert points[: len(carried)] == [{**p, "step": None} for p in carried], "the old line's points come first"
+    warm = new["warm_start"]["samples"]
+    assert warm == made["samples"] and points[len(carried)] == {"samples": warm, "step": 0, "line": new["line_id"],
+                                                                **new["warm_start"]["results"]}  # fmt: skip
+    assert [p["samples"] for p in points[len(carried) + 1 :]] == [warm + 2 * 8], "the new line's step 2, 8 a batch"
+
+    from modeling_ndr.plotting import plot_training_curve
+
+    figure = plot_training_curve(points, released_step=2)
+    switch = [ln for ln in figure.axes[0].lines if ln.get_label() == "a new line from the release"]
+    assert len(switch) == 1 and switch[0].get_xdata()[0] == warm / 1e6, "the switch is marked at the warm start"
+
+
+def test_the_curve_carried_ends_where_the_released_weights_were_trained():
+    import line_records
+
+    state = {"log_history": [{"step": step, "eval_ood_valid_accuracy": step / 10} for step in (2, 4, 6)]}
+    old = {"line_id": "a", "warm_start": None, "chunks": [{"start_step": 0, "end_step": 6, "total_batch": 8}]}
+    made = {"continuation": {"line_id": "a", "line_step": 4}}
+    assert [p["step"] for p in line_records.earlier_curve(old, state, made)] == [2, 4]
+    assert [p["step"] for p in line_records.earlier_curve(old, state, {**made, "cooldown": {"start_step": 2}})] == [2]
+    other = {"continuation": {"line_id": "b", "line_step": 4}}
+    assert line_records.earlier_curve(old, state, other) == [], "the release's last-checkpoint/ is another line's"
+    assert line_records.earlier_curve(None, None, made) == [], "no line left in the release"
 
 
 def test_a_second_continuation_of_the_same_release_is_refused(first_chunk, tmp_path):
