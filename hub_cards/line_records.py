@@ -224,10 +224,10 @@ def read_line(release_dir: str) -> dict | None:
     return line
 
 
-def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
+def new_line(release_dir: str, recipe: dict, warm_start: bool, old_line: dict | None = None) -> dict:
     """The `continuation.json` of a new line: its recipe and, from the release's weights, what they had cost (the
     whole compute record of a release that a line made, else its one run) and the curve that led to them
-    (`earlier_curve`)."""
+    (`earlier_curve` of `old_line`, the release's line as `read_line` gave it; None: it has none)."""
     warm = None
     if warm_start:
         if not os.path.isfile(os.path.join(release_dir, "model.safetensors")):
@@ -243,14 +243,13 @@ def new_line(release_dir: str, recipe: dict, warm_start: bool) -> dict:
             device = run_config.get("machine", "unrecorded")
             spent = {"steps": steps, "samples": steps * batch, "seconds": {device: training.get("seconds", 0.0)},
                      "chunks": training.get("chunks", 1)}  # fmt: skip
-        last = os.path.join(release_dir, LAST_CHECKPOINT)
-        line = read_line(release_dir)
+        state = old_line and read_json(os.path.join(release_dir, LAST_CHECKPOINT, "trainer_state.json"))
         warm = {
             "from": os.path.basename(os.path.abspath(release_dir)),
             **spent,
             "results": {split: values.get("fixed_steps", values)["accuracy"] for split, values in results.items()},
             # the learning curve so far, so that the card's curve still starts at 0 samples
-            "curve": earlier_curve(line, line and read_json(os.path.join(last, "trainer_state.json")), run_config),
+            "curve": earlier_curve(old_line, state, run_config),
         }
     line_id = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     return {"line_id": line_id, "recipe": recipe, "warm_start": warm, "chunks": []}

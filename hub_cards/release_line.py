@@ -273,7 +273,7 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
     for folder in (release_dir, last):  # finish or undo a replacement that a kill cut in two
         clean_leftovers(folder)
     _check_work_dir_free(work_dir)
-    continuation = read_line(release_dir)
+    continuation = old_line = read_line(release_dir)  # old_line: the release's line, whatever replaces it
     if continuation and (difference := recipe_difference(continuation["recipe"], recipe)):
         if not switch_recipe:
             raise UsageError(f"{name}: its last-checkpoint/ belongs to another recipe ({difference}); nothing was "
@@ -309,7 +309,7 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
             start = ["--resume_from_checkpoint", resume]
             start_seconds = training_clock(read_json(os.path.join(resume, "trainer_state.json")))
         else:
-            continuation = new_line(release_dir, recipe, warm_start)
+            continuation = new_line(release_dir, recipe, warm_start, old_line)
             start_seconds = 0.0
             if warm_start:
                 start = ["--model_name_or_path", os.path.relpath(release_dir, run_kwargs.get("cwd") or os.getcwd())]
