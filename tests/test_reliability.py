@@ -668,11 +668,33 @@ def test_a_run_resumed_past_a_half_written_checkpoint_trains_on_from_the_last_co
     with caplog.at_level(logging.INFO):
         train_script.main(argv + TINY_RUN + ["--resume_from_checkpoint", "auto"])
     assert f"resuming from {run_copy / 'checkpoint-2'}" in caplog.text
+    assert "optimizer keeps" not in caplog.text, "resumed with the settings it was trained with: no warning"
     state = json.loads((run_copy / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
     from modeling_ndr.training.checkpoints import checkpoint_problem
 
     assert checkpoint_problem(str(run_copy / "checkpoint-4")) is None, "step 4 was trained and saved again, whole"
+
+
+def test_a_learning_rate_or_weight_decay_given_on_resume_is_named_as_not_applied(
+    train_script, checkpointed_run, run_copy, caplog
+):
+    import torch
+
+    argv = ["--train_file", str(checkpointed_run / "train.jsonl"), "--max_steps", "6", "--output_dir", str(run_copy)]
+    changed = ["--learning_rate", "1e-3", "--weight_decay", "0.05", "--resume_from_checkpoint", "auto"]
+    with caplog.at_level(logging.WARNING):
+        train_script.main(argv + TINY_RUN + changed)  # the later --learning_rate wins over TINY_RUN's 3e-3
+    checkpoint = run_copy / "checkpoint-4"
+    assert (
+        f"--resume_from_checkpoint {checkpoint}: --learning_rate 0.001 (the checkpoint's optimizer keeps 0.003)"
+        in (caplog.text)
+    )
+    assert "--weight_decay 0.05 (the checkpoint's optimizer keeps 0.01)" in caplog.text
+    assert f"(--model_name_or_path {checkpoint})" in caplog.text
+    # what the warning says: the Trainer trained on with the checkpoint's settings, not the ones given
+    groups = torch.load(run_copy / "checkpoint-6" / "optimizer.pt", weights_only=True)["param_groups"]
+    assert groups[0]["initial_lr"] == pytest.approx(3e-3) and groups[0]["weight_decay"] == pytest.approx(0.01)
 
 
 def test_problem_types_train_py_does_not_train_are_refused_before_training(train_script, checkpointed_run, tmp_path):

@@ -73,6 +73,7 @@ from modeling_ndr.training import (
     prepare_own_data,
     read_variant,
     resolve_checkpoint,
+    restored_optimizer_settings,
     results_table,
     run_record,
     training_record,
@@ -152,6 +153,12 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     resume = check_resume(
         training_args.resume_from_checkpoint, training_args.output_dir, saves_optimizer_states(training_args)
     )
+    for setting in restored_optimizer_settings(resume, training_args) if resume else []:
+        logger.warning(
+            "--resume_from_checkpoint %s: %s; the Trainer restores the optimizer's state, settings included. For "
+            "other settings, start from its weights with a new optimizer (--model_name_or_path %s)", resume, setting,
+            resume,
+        )  # fmt: skip
     if run_args.export_dir:  # an export replaces its folder: one of yours (a clone) is refused now, not after training
         check_replaceable(run_args.export_dir, EXPORT_FILES, "--export_dir")
 

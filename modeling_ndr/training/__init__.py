@@ -13,7 +13,8 @@ Modules, in the order `train.py` uses them:
 - `presets`: presets (`configuration/NAME.yaml`, `base:`), model variants, `--config_overrides`, `config_values`
 - `data`: your own files or dataset, read and checked; label names; `encode`
 - `token_labels`: your own token task (one label per word): its checks, encoding and `compute_metrics`
-- `checkpoints`: a new model or a checkpoint adapted to the data; the checkpoint to resume from
+- `checkpoints`: a new model or a checkpoint adapted to the data; the checkpoint to resume from, and the optimizer
+  settings a resumed run keeps from it (`restored_optimizer_settings`)
 - `trainer`: `NDRTrainer`, per-depth (and per-first-token) `compute_metrics`, `evaluate_splits`
 - `sampling`: how training samples are drawn: over depths, over root operators, with `--sample_shares`
 - `devices`: the global batch whatever the number of processes (`--total_batch_size`), `--precision`
@@ -60,6 +61,7 @@ from .checkpoints import (
     latest_complete_checkpoint,
     new_model,
     resolve_checkpoint,
+    restored_optimizer_settings,
     saves_optimizer_states,
 )
 from .data import (
@@ -141,6 +143,7 @@ __all__ = [
     "check_resume",
     "checkpoint_problem",
     "latest_complete_checkpoint",
+    "restored_optimizer_settings",
     "saves_optimizer_states",
     "label_config",
     "new_model",

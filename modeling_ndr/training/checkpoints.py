@@ -169,6 +169,49 @@ def latest_complete_checkpoint(output_dir: str, optimizer_states: bool = True) -
     return None
 
 
+# what a resumed optimizer keeps from its checkpoint: the field of each param group, and the argument that would set it
+RESTORED_OPTIMIZER_FIELDS = (
+    ("initial_lr", "learning_rate"),
+    ("weight_decay", "weight_decay"),
+    ("eps", "adam_epsilon"),
+)
+
+
+def restored_optimizer_settings(checkpoint: str, training_args) -> list[str]:
+    """The optimizer settings a resumed run keeps from its checkpoint although its arguments ask for others.
+
+    `Trainer.train(resume_from_checkpoint=...)` builds the optimizer from the arguments and then loads `optimizer.pt`,
+    whose param groups bring their own learning rate, weight decay and epsilon (and `scheduler.pt` its base rate): a
+    `--learning_rate` or `--weight_decay` given on resume is not used. A schedule given on resume is (its factor is
+    computed afresh).
+
+    Args:
+        checkpoint: the checkpoint folder the run resumes from (`check_resume`'s answer).
+        training_args: the run's `TrainingArguments`.
+
+    Returns:
+        One `"--argument X (the checkpoint's optimizer keeps Y)"` per setting that differs; empty when they agree or
+        when the checkpoint holds no `optimizer.pt`.
+    """
+    path = os.path.join(checkpoint, "optimizer.pt")
+    if not os.path.isfile(path):
+        return []
+    import torch
+
+    groups = torch.load(path, map_location="cpu", weights_only=True).get("param_groups", [])
+    differences = []
+    for field, argument in RESTORED_OPTIMIZER_FIELDS:
+        asked = getattr(training_args, argument)
+        # the Trainer's first group is the one --weight_decay sets; the other, of the parameters it never decays
+        # (biases, norms), has a weight decay of 0 whatever the argument says
+        chosen = groups[:1] if field == "weight_decay" else groups
+        kept = {group[field] for group in chosen if field in group}
+        if kept and all(abs(value - asked) > 1e-12 * max(1.0, abs(asked)) for value in kept):
+            shown = ", ".join(f"{value:g}" for value in sorted(kept))
+            differences.append(f"--{argument} {asked:g} (the checkpoint's optimizer keeps {shown})")
+    return differences
+
+
 def check_problem_type(problem_type: str | None, origin: str) -> None:
     """Check that a run's `problem_type` is one train.py trains: single-label classification (one class per row).
 
