@@ -198,7 +198,10 @@ def restored_optimizer_settings(checkpoint: str, training_args) -> list[str]:
         return []
     import torch
 
-    groups = torch.load(path, map_location="cpu", weights_only=True).get("param_groups", [])
+    try:  # mmap: the settings are read, the moments' tensors are not
+        groups = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("param_groups", [])
+    except Exception:  # noqa: BLE001 - a state only the optimizer that wrote it can read: the Trainer says what it can
+        return []
     differences = []
     for field, argument in RESTORED_OPTIMIZER_FIELDS:
         asked = getattr(training_args, argument)
