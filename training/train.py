@@ -153,7 +153,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     resume = check_resume(
         training_args.resume_from_checkpoint, training_args.output_dir, saves_optimizer_states(training_args)
     )
-    for setting in restored_optimizer_settings(resume, training_args) if resume else []:
+    for setting in restored_optimizer_settings(resume, training_args):
         logger.warning(
             "--resume_from_checkpoint %s: %s; the Trainer restores the optimizer's state, settings included. For "
             "other settings, start from its weights with a new optimizer (--model_name_or_path %s)", resume, setting,

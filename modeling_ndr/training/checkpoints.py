@@ -4,6 +4,7 @@ for a different label set), and the checkpoint a run resumes from. Every problem
 
 import json
 import logging
+import math
 import os
 import re
 import zipfile
@@ -177,7 +178,7 @@ RESTORED_OPTIMIZER_FIELDS = (
 )
 
 
-def restored_optimizer_settings(checkpoint: str, training_args) -> list[str]:
+def restored_optimizer_settings(checkpoint: str | None, training_args) -> list[str]:
     """The optimizer settings a resumed run keeps from its checkpoint although its arguments ask for others.
 
     `Trainer.train(resume_from_checkpoint=...)` builds the optimizer from the arguments and then loads `optimizer.pt`,
@@ -186,15 +187,15 @@ def restored_optimizer_settings(checkpoint: str, training_args) -> list[str]:
     computed afresh).
 
     Args:
-        checkpoint: the checkpoint folder the run resumes from (`check_resume`'s answer).
+        checkpoint: the checkpoint folder the run resumes from (`check_resume`'s answer; None: it starts afresh).
         training_args: the run's `TrainingArguments`.
 
     Returns:
-        One `"--argument X (the checkpoint's optimizer keeps Y)"` per setting that differs; empty when they agree or
-        when the checkpoint holds no `optimizer.pt`.
+        One `"--argument X (the checkpoint's optimizer keeps Y)"` per setting that differs; empty when they agree,
+        when there is no checkpoint or when it holds no `optimizer.pt`.
     """
-    path = os.path.join(checkpoint, "optimizer.pt")
-    if not os.path.isfile(path):
+    path = checkpoint and os.path.join(checkpoint, "optimizer.pt")
+    if not path or not os.path.isfile(path):
         return []
     import torch
 
@@ -209,7 +210,7 @@ def restored_optimizer_settings(checkpoint: str, training_args) -> list[str]:
         # (biases, norms), has a weight decay of 0 whatever the argument says
         chosen = groups[:1] if field == "weight_decay" else groups
         kept = {group[field] for group in chosen if field in group}
-        if kept and all(abs(value - asked) > 1e-12 * max(1.0, abs(asked)) for value in kept):
+        if kept and not any(math.isclose(value, asked) for value in kept):
             shown = ", ".join(f"{value:g}" for value in sorted(kept))
             differences.append(f"--{argument} {asked:g} (the checkpoint's optimizer keeps {shown})")
     return differences
