@@ -37,6 +37,7 @@ import tempfile
 
 import torch
 from line_records import BRANCH_CHECKPOINT, CURVE_FILE, LAST_CHECKPOINT, STATE_FOLDERS, read_line, total_batch
+from release_check import CHECK_SAMPLES, release_checker
 from release_cooldown import cooldown_release
 from release_line import continue_release, release_lock
 
@@ -178,6 +179,7 @@ def continue_line(
     chunk_steps: int | None = None,
     resume: str | None = None,
     max_bytes: int = MAX_BYTES,
+    check_samples: int = CHECK_SAMPLES,
 ) -> dict:
     """Resume the training line of release `name` for `minutes` (`release_line.continue_release`), then print what
     happened. The chunk trains the line's own recipe, with its global batch whatever the number of processes here;
@@ -200,6 +202,7 @@ def continue_line(
         chunk_steps: stop the chunk after this many steps instead (the tests' deterministic chunks).
         resume: the command that continues the line, as the card shows it (`make release-continue TASK=...`).
         max_bytes: the size budget of the released files.
+        check_samples: the release check's fresh samples of the selection split (`release_check`; 0: no check).
 
     Returns:
         `continue_release`'s summary.
@@ -218,14 +221,29 @@ def continue_line(
     summary = continue_release(
         release_dir, work_dir, command + ["--preset", preset, "--output_dir", shown, "--disable_tqdm", "true"],
         minutes, recipe, publisher(name, org, max_bytes), warm_start=warm_start, switch_recipe=switch_recipe,
-        paper=PAPER_BUDGETS.get(name), chunk_steps=chunk_steps, cwd=REPO, env=env,
+        paper=PAPER_BUDGETS.get(name), chunk_steps=chunk_steps, check=checker(check_samples), cwd=REPO, env=env,
     )  # fmt: skip
     value = f"{summary['release_value']:.4f}" if summary["release_value"] is not None else "none"
     outcome = "released" if summary["released"] else "release kept"
     horizon = "; the line reached its horizon" if summary["finished"] else ""
     print(f"[release] {name}: line at step {summary['step']} ({summary['samples'] / 1e6:.2f}M samples); {outcome} "
-          f"({summary['metric']} {value}){horizon}")  # fmt: skip
+          f"({summary['metric']} {value}){check_line(summary['release_check'])}{horizon}")  # fmt: skip
     return summary
+
+
+def checker(samples: int):
+    """The release check of `samples` fresh samples (`release_check.release_checker`); None for 0 (no check)."""
+    return release_checker(samples) if samples else None
+
+
+def check_line(record: dict | None) -> str:
+    """The release check's result as the `[release]` line shows it ('' where none ran)."""
+    if not record:
+        return ""
+    if "error" in record:
+        return f"; the release check of step {record['step']} could not run ({record['error']})"
+    return (f"; release check of step {record['step']}: {record['candidate']:.4f} vs the release's "
+            f"{record['release']:.4f} on {record['samples']:,} fresh {record['split']} samples")  # fmt: skip
 
 
 def work_folder(outputs_dir: str | None, run: str) -> tuple[str, str]:
@@ -271,6 +289,7 @@ def cpu_cooldown(
     env: dict | None = None,
     chunk_steps: int | None = None,
     resume_branch: bool = False,
+    check_samples: int = CHECK_SAMPLES,
 ) -> dict:
     """`make release-cooldown`: a cooldown branch of release `task`'s line on this CPU (`cooldown.cooldown_release`),
     with the line's recipe and global batch, into the work folder `<line's work folder>-cooldown`;
@@ -287,6 +306,7 @@ def cpu_cooldown(
         env: the launch's environment (default: `CPU_ENV`).
         chunk_steps: stop this run after this many steps (`--max_chunk_steps`).
         resume_branch: resume the unfinished branch instead of starting one.
+        check_samples: the release check's fresh samples (`release_check`; 0: no check).
     """
     if task not in CPU_CONTINUATIONS:
         raise UsageError(f"--cooldown {task}: no line for it; choose one of {', '.join(sorted(CPU_CONTINUATIONS))}")
@@ -302,7 +322,7 @@ def cpu_cooldown(
         release_dir, work_dir,
         launch + ["--preset", recipe["preset"], "--output_dir", shown, "--disable_tqdm", "true"],
         steps, publisher(name, org, MAX_BYTES), paper=PAPER_BUDGETS.get(name), decay_type=decay_type,
-        minutes=minutes, chunk_steps=chunk_steps, resume_branch=resume_branch, cwd=REPO,
+        minutes=minutes, chunk_steps=chunk_steps, resume_branch=resume_branch, check=checker(check_samples), cwd=REPO,
         env=env or dict(os.environ, **CPU_ENV),
     )  # fmt: skip
     value = f"{summary['release_value']:.4f}" if summary["release_value"] is not None else "none"
@@ -310,6 +330,7 @@ def cpu_cooldown(
     print(
         f"[release] {name}: cooldown branch from step {summary['start_step']} at step {summary['step']} of "
         f"{summary['end_step']}; best {summary['metric']} {summary['branch_best']}; {outcome} ({value})"
+        f"{check_line(summary['release_check'])}"
     )
     if not summary["finished"]:
         print(f"[release] {name}: the branch is unfinished (its {BRANCH_CHECKPOINT}/); "
@@ -430,14 +451,23 @@ def main(argv=None):
     line.add_argument("--preset", default=None, help="Another preset than the release's.")
     line.add_argument("--outputs_dir", default=None, help="Where the work folder goes (default: outputs/).")
     line.add_argument("--models_dir", default=MODELS_DIR, help="Where the release folder is.")
+    line.add_argument(
+        "--check_samples",
+        type=int,
+        default=CHECK_SAMPLES,
+        help="A checkpoint that wins on ood_valid replaces the release only if it is also at least as accurate on "
+        "this many fresh samples of the split (0: no check).",
+    )
     args = parser.parse_args(argv)
+    if args.check_samples < 0:
+        raise UsageError(f"--check_samples {args.check_samples}: the release check's sample size, 0 (none) or more")
     if args.resume_branch and not args.cooldown:
         raise UsageError("--resume_branch resumes a cooldown branch: pass --cooldown TASK too")
     if args.cooldown:
         if not args.resume_branch and (not args.steps or args.steps <= 0):
             raise UsageError("--steps N (N > 0): the cooldown branch's steps")
         cpu_cooldown(args.cooldown, args.steps, args.minutes, args.decay_type, args.outputs_dir, args.models_dir,
-                     args.org, resume_branch=args.resume_branch)  # fmt: skip
+                     args.org, resume_branch=args.resume_branch, check_samples=args.check_samples)  # fmt: skip
         return
     if args.gpu or args.continue_task:
         if not args.minutes or args.minutes <= 0:
@@ -447,6 +477,7 @@ def main(argv=None):
             "outputs_dir": args.outputs_dir,
             "models_dir": args.models_dir,
             "org": args.org,
+            "check_samples": args.check_samples,
         }
         if args.gpu:
             gpu_release(args.gpu, args.minutes, args.processes, switch_recipe=args.switch_recipe, **common)

@@ -1,7 +1,8 @@
 """Cooldown branches of a release line (warmup-stable-decay): the line trains at its constant learning rate, and a
 branch takes the line where it stands, lets the learning rate decay linearly to zero over a few thousand steps, and
-releases the branch's best checkpoint if its `ood_valid` is at least the release's. The line itself is left as it is:
-the next continuation resumes `last-checkpoint/` at the constant rate, and a later branch starts from further on.
+releases the branch's best checkpoint if its `ood_valid` is at least the release's (and the release check agrees:
+`release_check`). The line itself is left as it is: the next continuation resumes `last-checkpoint/` at the constant
+rate, and a later branch starts from further on.
 
 At a constant rate the evaluations of a line swing from one to the next (ndr-arithmetic's `ood_valid` moved between
 0.89 and 0.96, its `ood_test` between 0.68 and 0.86, over steps 14,500-20,000 of its line); a decay at the end
@@ -38,6 +39,7 @@ from line_records import (
     release_metric,
     training_clock,
 )
+from release_check import release_decision
 from release_line import (
     _check_work_dir_free,
     clear_work_dir,
@@ -97,6 +99,7 @@ def cooldown_release(
     minutes: float | None = None,
     chunk_steps: int | None = None,
     resume_branch: bool = False,
+    check=None,
     **run_kwargs,
 ) -> dict:
     """Train a cooldown branch of the release's line and release its best checkpoint if it is at least as good.
@@ -116,16 +119,18 @@ def cooldown_release(
             checkpoint in `cooldown-checkpoint/`, for `resume_branch`.
         chunk_steps: stop after this many of the branch's steps instead (`--max_chunk_steps`), as `minutes` does.
         resume_branch: train on the release's unfinished branch (`cooldown-checkpoint/`) instead of starting one.
+        check: the release check (`release_check.release_checker`; None: none), as `release_line.continue_release`'s.
         **run_kwargs: for `processes.run_process` (`env`, `cwd`).
 
     Returns:
-        `{"start_step", "step", "end_step", "finished", "released", "metric", "branch_best", "release_value"}`:
+        `{"start_step", "step", "end_step", "finished", "released", "metric", "branch_best", "release_value",
+        "release_check"}`:
         `start_step` is the line's step the branch started from, `step` where this run stopped, `end_step` the
         branch's last.
     """
     with release_lock(release_dir):
         return _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type, minutes, chunk_steps,
-                         resume_branch, run_kwargs)  # fmt: skip
+                         resume_branch, check, run_kwargs)  # fmt: skip
 
 
 def read_branch(release_dir: str) -> dict | None:
@@ -146,7 +151,7 @@ def read_branch(release_dir: str) -> dict | None:
 
 
 def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type, minutes, chunk_steps, resume_branch,
-              run_kwargs) -> dict:  # fmt: skip
+              check, run_kwargs) -> dict:  # fmt: skip
     name = os.path.basename(os.path.abspath(release_dir))
     last = os.path.join(release_dir, LAST_CHECKPOINT)
     pending_dir = os.path.join(release_dir, BRANCH_CHECKPOINT)
@@ -218,8 +223,11 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
     best = max(kept, key=lambda e: (e[split]["accuracy"], e["step"]), default=None)  # the latest on ties
     current = release_metric(release_dir, metric)
     best_dir = best and os.path.join(work_dir, f"{PREFIX_CHECKPOINT_DIR}-{best['step']}")
-    released = best is not None and (current is None or best[split]["accuracy"] >= current)
+    released, checked = release_decision(best and best[split]["accuracy"], current, best_dir, release_dir, values,
+                                         split, check)  # fmt: skip
     record["released_step"] = best["step"] if released else None
+    if checked:
+        record["release_check"] = {"step": best["step"], **checked}
     record["best"] = (
         {"step": best["step"], **{s: v["accuracy"] for s, v in best.items() if s != "step"}} if best else None
     )
@@ -256,6 +264,7 @@ def _cooldown(release_dir, work_dir, command, steps, publish, paper, decay_type,
         "metric": metric,
         "branch_best": best[split]["accuracy"] if best else None,
         "release_value": best[split]["accuracy"] if released else current,
+        "release_check": record.get("release_check"),
     }
 
 

@@ -22,8 +22,9 @@ One continuation (`continue_release`):
 3. adopts a chunk of this line and recipe left in the work folder by a continuation killed after its training;
 4. runs the launch command for the time box (`--max_wall_minutes`): it resumes the checkpoint, evaluates at the
    recipe's evaluation steps, and stops with a checkpoint (exit 75), or finishes the line's horizon (`max_steps`);
-5. if the line's best `ood_valid` (the latest on ties) is at least the release's and in this chunk, releases that
-   checkpoint; otherwise the release stays as it was;
+5. if the line's best `ood_valid` (the latest on ties) is at least the release's and in this chunk, and the release
+   check agrees (`release_check`: at least as accurate as the release on 10,000 fresh samples of the split), releases
+   that checkpoint; otherwise the release stays as it was;
 6. makes the newest checkpoint the new `last-checkpoint/`, always.
 
 Every folder is replaced whole (`atomic.atomic_folder`): an interruption at any moment, `kill -9` included, leaves
@@ -55,6 +56,7 @@ from line_records import (
     chunk_record,
     compute_record,
     curve_points,
+    metric_split,
     new_line,
     read_line,
     recipe_difference,
@@ -63,6 +65,7 @@ from line_records import (
     samples_seen,
     training_clock,
 )
+from release_check import release_decision
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from modeling_ndr.training.atomic import atomic_folder, clean_leftovers
@@ -138,6 +141,15 @@ def write_release(
             "resume": continuation["recipe"].get("resume"),
             "curve": CURVE_FILE,
             "paper_samples": (paper or {}).get("samples"),
+            # the release check that let this checkpoint replace the release before it (release_check.py)
+            "release_check": next(
+                (
+                    chunk["release_check"]
+                    for chunk in continuation.get("chunks", [])
+                    if chunk.get("released_step") == step and chunk.get("release_check")
+                ),
+                None,
+            ),
         },
     }
     with tempfile.TemporaryDirectory() as scratch, atomic_folder(release_dir) as staging:
@@ -166,6 +178,7 @@ def continue_release(
     switch_recipe: bool = False,
     paper: dict | None = None,
     chunk_steps: int | None = None,
+    check=None,
     **run_kwargs,
 ) -> dict:
     """Resume a release's training line for `minutes`, then keep its newest state and, if it improved, release it.
@@ -184,17 +197,20 @@ def continue_release(
         paper: see `write_release`.
         chunk_steps: stop the chunk after this many optimizer steps instead (`--max_chunk_steps`; with `minutes`
             too, whichever comes first); `minutes=None` and `chunk_steps=None` train to the line's horizon.
+        check: the release check (`release_check.release_checker`): a checkpoint that wins on the selection split
+            replaces the release only if it is at least as accurate on a larger fresh sample too (None: no check).
         **run_kwargs: for `processes.run_process` (`env`, `cwd`).
 
     Returns:
-        A summary: `{"step", "samples", "released": bool, "metric", "release_value", "line_best", "finished"}`.
+        A summary: `{"step", "samples", "released": bool, "metric", "release_value", "line_best", "finished",
+        "release_check"}` (the check's record, None where none ran).
     """
     limits = (["--max_wall_minutes", f"{minutes:g}"] if minutes else []) + (
         ["--max_chunk_steps", str(chunk_steps)] if chunk_steps else []
     )
     with release_lock(release_dir):
         return _continue(release_dir, work_dir, command + limits, recipe, publish, warm_start, switch_recipe, paper,
-                         run_kwargs)  # fmt: skip
+                         check, run_kwargs)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -267,7 +283,7 @@ def _check_work_dir_free(work_dir: str) -> None:
         raise UsageError(f"{error}; nothing was changed") from None
 
 
-def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switch_recipe, paper, run_kwargs):
+def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switch_recipe, paper, check, run_kwargs):
     name = os.path.basename(os.path.abspath(release_dir))
     last = os.path.join(release_dir, LAST_CHECKPOINT)
     for folder in (release_dir, last):  # finish or undo a replacement that a kill cut in two
@@ -294,7 +310,7 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
             logger.warning("%s: adopting %s, trained by a continuation that was interrupted", name, newest)
             if continuation and continuation.get("branches"):  # recorded after the chunk started (a cooldown)
                 pending["branches"] = continuation["branches"]
-            continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper)
+            continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper, check)
             if continuation.get("finished"):  # the adopted chunk reached the horizon: no step past it
                 return _summary(release_dir, newest, continuation, released, recipe)
             shutil.rmtree(staged, ignore_errors=True)
@@ -327,7 +343,7 @@ def _continue(release_dir, work_dir, command, recipe, publish, warm_start, switc
     # checkpoint (exit 75) that is then promoted as after a time box; a signal to the whole group stops it once
     status = run_process(chunk_command, forward_signals=True, **run_kwargs).returncode
     newest = trained_checkpoint(f"{name}: the chunk", work_dir, status, line_step)
-    continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper)
+    continuation, released = _promote(release_dir, work_dir, newest, pending, publish, paper, check)
     return _summary(release_dir, newest, continuation, released, recipe)
 
 
@@ -343,6 +359,7 @@ def _summary(release_dir: str, newest: str, continuation: dict, released: bool, 
         "release_value": release_metric(release_dir, metric),
         "line_best": state.get("best_metric"),
         "finished": continuation.get("finished", False),
+        "release_check": continuation["chunks"][-1].get("release_check"),
     }
 
 
@@ -398,10 +415,19 @@ def _adoptable(pending: dict, continuation: dict | None, recipe: dict, line_step
     )
 
 
-def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[dict, bool]:
-    """After a chunk: if the line's best (the latest on ties) is in this chunk and at least the release's, it is
-    released; then the chunk's newest checkpoint becomes `last-checkpoint/`. Returns the line's new
-    `continuation.json` and whether this chunk released."""
+def _released_already(release_dir: str, line_id: str | None, step: int) -> dict | None:
+    """The release's compute record if the release is step `step` of line `line_id` already (a chunk killed after it
+    released, adopted now: the release check is not run against the candidate itself); None otherwise."""
+    run_config = read_json(os.path.join(release_dir, "run_config.json")) or {}
+    record = run_config.get("continuation") or {}
+    same = record.get("line_id") == line_id and record.get("line_step") == step and "cooldown" not in run_config
+    return record if same else None
+
+
+def _promote(release_dir, work_dir, newest, pending, publish, paper, check=None) -> tuple[dict, bool]:
+    """After a chunk: if the line's best (the latest on ties) is in this chunk and at least the release's, and the
+    release check (`check`) agrees, it is released; then the chunk's newest checkpoint becomes `last-checkpoint/`.
+    Returns the line's new `continuation.json` and whether this chunk released."""
     start = pending.pop("pending")
     record = chunk_record(work_dir, newest, start["start_step"], start["start_seconds"],
                           pending["recipe"]["total_batch"], start.get("commit"))  # fmt: skip
@@ -415,8 +441,14 @@ def _promote(release_dir, work_dir, newest, pending, publish, paper) -> tuple[di
     # Trainer's best of the whole line; its folder is here only if this chunk saved it
     best_dir = best_dir and os.path.join(work_dir, os.path.basename(best_dir))
     in_chunk = bool(best_dir and os.path.isdir(best_dir) and checkpoint_step(best_dir) > start["start_step"])
-    released = in_chunk and best is not None and (current is None or best >= current)
+    if in_chunk and (already := _released_already(release_dir, pending.get("line_id"), checkpoint_step(best_dir))):
+        released, checked = True, already.get("release_check")  # adopted after a kill: released again, as checked
+    else:
+        released, checked = release_decision(best, current, best_dir, release_dir, pending["recipe"]["values"],
+                                             metric_split(metric), check) if in_chunk else (False, None)  # fmt: skip
     record["released_step"] = checkpoint_step(best_dir) if released else None
+    if checked:
+        record["release_check"] = {"step": checkpoint_step(best_dir), **checked}
     # the release first: were the process killed before last-checkpoint/ is written, the next continuation adopts
     # this chunk again from the work folder (where the released checkpoint still is), and releases it again
     if released:

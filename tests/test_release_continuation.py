@@ -25,7 +25,7 @@ import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from scripts import load_script
-from transformers import AutoModelForSequenceClassification
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
 from modeling_ndr.training import UsageError, read_preset
@@ -40,11 +40,14 @@ repos = load_script("hub_cards/make_model_repos.py")
 
 
 def continue_tiny(tmp: Path, chunk_steps: int | None, preset: str = PRESET, name: str = NAME,
-                  release_preset: str = PRESET, warm_start: bool = False, **kwargs) -> dict:  # fmt: skip
+                  release_preset: str = PRESET, warm_start: bool = False, check_samples: int = 0,
+                  **kwargs) -> dict:  # fmt: skip
+    """A chunk of the tiny line; without the release check unless `check_samples` asks for it (its own tests)."""
     release = repos.Release(release_preset, "line")
     return repos.continue_line(name, release, None, COMMAND, processes=1, preset=preset, outputs_dir=str(tmp / "out"),
                                models_dir=str(tmp / "models"), warm_start=warm_start, chunk_steps=chunk_steps,
-                               env=dict(os.environ, OMP_NUM_THREADS="1"), **kwargs)  # fmt: skip
+                               env=dict(os.environ, OMP_NUM_THREADS="1"), check_samples=check_samples,
+                               **kwargs)  # fmt: skip
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -330,7 +333,7 @@ def test_a_chunk_killed_after_its_release_is_released_and_recorded_again_when_ad
     first_chunk, tmp_path, monkeypatch
 ):
     """Killed between the release and last-checkpoint/: the adopted chunk releases the same checkpoint again (the
-    latest on ties) and its record says so."""
+    latest on ties) and its record says so, with the release check it passed (not one against itself)."""
     tmp = copy_line(first_chunk, tmp_path)
     release = tmp / "models" / NAME
     results = json.loads((release / "eval_results.json").read_text())
@@ -344,16 +347,31 @@ def test_a_chunk_killed_after_its_release_is_released_and_recorded_again_when_ad
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
 
+    checked = []
+
+    def checker(samples):
+        def check(candidate, release_dir, values, split):
+            checked.append(Path(candidate).name)
+            return {"split": split, "samples": samples, "seed": 1000, "candidate": 0.7, "release": 0.6,
+                    "only_candidate": 10, "only_release": 0, "passed": True}  # fmt: skip
+
+        return check
+
+    monkeypatch.setattr(repos, "release_checker", checker)
     with monkeypatch.context() as patch:
         patch.setattr(line, "write_last_checkpoint", killed)
         with pytest.raises(KeyboardInterrupt):
-            continue_tiny(tmp, chunk_steps=2)
-    released_step = json.loads((release / "run_config.json").read_text())["continuation"]["line_step"]
+            continue_tiny(tmp, chunk_steps=2, check_samples=50)
+    record = json.loads((release / "run_config.json").read_text())["continuation"]
+    released_step = record["line_step"]
     assert released_step == 6, "the chunk released its checkpoint before it was killed"
-    continue_tiny(tmp, chunk_steps=2)
+    assert checked == ["checkpoint-6"] and record["release_check"]["candidate"] == 0.7, "after its check"
+    continue_tiny(tmp, chunk_steps=2, check_samples=50)
+    assert checked.count("checkpoint-6") == 1, "the adopted release is not checked against itself"
     chunks = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())["chunks"]
     assert [(c["start_step"], c["end_step"]) for c in chunks][:2] == [(0, 4), (4, 6)]
     assert chunks[1]["released_step"] == released_step, "the adopted chunk's record names what it released"
+    assert chunks[1]["release_check"] == {"step": 6, **record["release_check"]}, "and the check it passed"
 
 
 def trained_to_the_horizon_and_killed(first_chunk, tmp_path, monkeypatch) -> Path:
@@ -483,3 +501,113 @@ def test_two_continuations_of_a_listops_line_add_up_to_one_run_and_its_recipe_is
     state = json.loads((last / "trainer_state.json").read_text())
     logged = {key for entry in state["log_history"] for key in entry}
     assert {"eval_iid_test_accuracy_first_SM", "eval_iid_test_accuracy_first_SM_depth_1"} <= logged, sorted(logged)
+
+
+@pytest.mark.parametrize("passed", [False, True])
+def test_a_checkpoint_that_wins_ood_valid_is_released_only_if_the_release_check_agrees(
+    first_chunk, tmp_path, monkeypatch, capsys, passed
+):
+    """The line's best wins the selection (the release's ood_valid set to 0); the release check (a stand-in here: its
+    own tests are below) decides, and its record is in the chunk's record and the `[release]` line."""
+    tmp = copy_line(first_chunk, tmp_path)
+    release = tmp / "models" / NAME
+    shutil.rmtree(release / "last-checkpoint")  # a new line: its best is in its first chunk
+    results = json.loads((release / "eval_results.json").read_text())
+    results["ood_valid"]["accuracy"] = 0.0
+    (release / "eval_results.json").write_text(json.dumps(results))
+    released_files = {k: v for k, v in snapshot(release).items() if not k.startswith("last-checkpoint")}
+    calls = []
+
+    def checker(samples):
+        def check(candidate, release_dir, values, split):
+            calls.append((samples, Path(candidate).parent.name, Path(release_dir), values["task"], split))
+            return {"split": split, "samples": samples, "seed": 1000, "candidate": 0.5, "release": 0.6,
+                    "only_candidate": 1, "only_release": 6, "passed": passed}  # fmt: skip
+
+        return check
+
+    monkeypatch.setattr(repos, "release_checker", checker)
+    summary = continue_tiny(tmp, chunk_steps=2, check_samples=50)
+    assert calls == [(50, "line", release, "arithmetic", "ood_valid")], "one check: the chunk's best, the release"
+    record = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())["chunks"][-1]
+    check = record["release_check"]
+    assert check["passed"] is passed and check["samples"] == 50 and check["step"] in (1, 2), record
+    assert summary["released"] is passed and summary["release_check"] == check, summary
+    assert record["released_step"] == (check["step"] if passed else None), record
+    unchanged = {k: v for k, v in snapshot(release).items() if not k.startswith("last-checkpoint")} == released_files
+    assert unchanged is not passed, "the release is replaced only when the check passes"
+    shown = f"release check of step {check['step']}: 0.5000 vs the release's 0.6000 on 50 fresh"
+    assert shown in capsys.readouterr().out
+    card = (release / "README.md").read_text()
+    carded = "after a check on 50 fresh `ood_valid` samples (data seed 1000): 0.5000 against the release's 0.6000"
+    assert (carded in card) is passed, "a release the check let in says so on its card"
+
+
+def test_the_release_check_scores_both_models_on_the_same_fresh_samples(first_chunk, tmp_path):
+    """The real check on the tiny line's release: against itself a tie (passed), against a copy whose class ids are
+    permuted (the same answers by name) a tie too, against a perturbed copy the counts of rows only one model answers
+    right make up the difference of their accuracies."""
+    import release_check
+
+    release = first_chunk / "models" / NAME
+    values = read_preset(PRESET)
+    model = AutoModelForSequenceClassification.from_pretrained(release)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter, generator=torch.Generator().manual_seed(0)) * 0.5)
+    other = tmp_path / "other"
+    model.save_pretrained(other)
+    AutoTokenizer.from_pretrained(release).save_pretrained(other)
+
+    permuted = AutoModelForSequenceClassification.from_pretrained(release)
+    order = list(reversed(range(permuted.config.num_labels)))  # new id j answers what old id order[j] answered
+    with torch.no_grad():
+        permuted.classifier.weight.copy_(permuted.classifier.weight[order])
+        permuted.classifier.bias.copy_(permuted.classifier.bias[order])
+    names = {j: permuted.config.id2label[old] for j, old in enumerate(order)}
+    permuted.config.id2label, permuted.config.label2id = names, {name: j for j, name in names.items()}
+    permuted.save_pretrained(tmp_path / "permuted")
+    AutoTokenizer.from_pretrained(release).save_pretrained(tmp_path / "permuted")
+
+    check = release_check.release_checker(300)
+    relabelled = check(str(tmp_path / "permuted"), str(release), values, "ood_valid")
+    assert relabelled["only_candidate"] == relabelled["only_release"] == 0, "labels are matched by name, not id"
+    same = check(str(release), str(release), values, "ood_valid")
+    assert same["candidate"] == same["release"] and same["only_candidate"] == same["only_release"] == 0, same
+    assert same["passed"] and same["samples"] == 300 and same["seed"] == release_check.CHECK_SEED_OFFSET, same
+    record = check(str(other), str(release), values, "ood_valid")
+    difference = (record["only_candidate"] - record["only_release"]) / 300
+    assert record["candidate"] - record["release"] == pytest.approx(difference), record
+    assert record["only_candidate"] + record["only_release"] > 0, "the perturbed model answers differently"
+    assert record["passed"] == (record["candidate"] >= record["release"]) and record["release"] == same["release"]
+
+
+def test_the_release_check_draws_fresh_rows_of_the_split_the_same_on_every_run():
+    """ListOps and arithmetic: another seed of the split's distribution, the same rows each time, hardly any of the
+    line's own; CTL: the line's function tables in its direction (backward: the input last), the split's depths; a
+    line on files has none (released on ood_valid alone)."""
+    import release_check
+
+    values = {"task": "arithmetic", "task_seed": 0}
+    rows = release_check.check_rows(values, "ood_valid", 300)
+    assert rows["text"] == release_check.check_rows(values, "ood_valid", 300)["text"], "deterministic"
+    own = set(modeling_ndr.load_task("arithmetic", seed=0, n_train=200, n_eval=300)["ood_valid"]["text"])
+    assert len(own & set(rows["text"])) < 30, "not the line's own ood_valid"
+    assert set(rows["label"]) <= set(modeling_ndr.tasks.task_label_names("arithmetic")), "label names"
+    ctl = release_check.check_rows({"task": "ctl", "task_seed": 3, "direction": "backward"}, "ood_valid", 31)
+    assert len(ctl) == 31 and sorted(len(text.split()) for text in ctl["text"]) == [7] * 11 + [8] * 10 + [9] * 10, (
+        "31 rows, depths 6-8 evenly"
+    )
+    tables = modeling_ndr.tasks.ctl_tables(3)
+    for text, label in zip(ctl["text"], ctl["label"]):
+        *functions, symbol = text.split()  # backward: the input last, the first function applied next to it
+        value = modeling_ndr.tasks.CTL_SYMBOLS.index(symbol)
+        for function in reversed(functions):
+            value = tables[function][value]
+        assert label == modeling_ndr.tasks.CTL_SYMBOLS[value], f"{text}: the line's tables (seed 3) give the label"
+    assert release_check.check_rows({"train_file": "my.csv"}, "ood_valid", 30) is None
+
+
+def test_a_negative_check_sample_size_is_one_line():
+    with pytest.raises(UsageError, match="--check_samples -1"):
+        repos.main(["--continue", "listops", "--minutes", "1", "--check_samples", "-1"])

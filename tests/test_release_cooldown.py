@@ -51,9 +51,11 @@ def assert_same_weights(checkpoint, reference, what):
         assert torch.equal(ours[key], theirs[key]), f"{key}: {what} differs from the one-run schedule"
 
 
-def branch(tmp, steps=4, **kwargs) -> dict:
+def branch(tmp, steps=4, check_samples=0, **kwargs) -> dict:
+    """A cooldown branch of the tiny line; without the release check unless `check_samples` asks for it."""
     return repos.cpu_cooldown("arithmetic", steps, outputs_dir=str(tmp / "out"), models_dir=str(tmp / "models"),
-                              command=COMMAND, processes=1, env=ENV, **kwargs)  # fmt: skip
+                              command=COMMAND, processes=1, env=ENV, check_samples=check_samples,
+                              **kwargs)  # fmt: skip
 
 
 def set_release_ood_valid(release, value):

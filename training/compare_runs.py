@@ -10,6 +10,7 @@ import sys
 from compare_report import FIT, RECIPE_COLUMNS, RECORDED_BEFORE, SPLITS, results_name
 
 import modeling_ndr
+from modeling_ndr.tasks import SMALLEST_N_TRAIN
 from modeling_ndr.training import (
     EXIT_STOPPED,
     config_values,
@@ -24,9 +25,6 @@ from modeling_ndr.training.records import evaluation_history, read_json, trainin
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# the evaluation splits do not depend on n_train: the smallest train set keeps the generation quick (CTL and
-# arithmetic put all of depth 1 into train), as evaluate_model.py does
-SMALLEST_TRAIN = {"ctl": 72, "arithmetic": 200, "listops": 1}
 
 
 def train_flags(args, variant: str, output_dir: str) -> list[str]:
@@ -192,7 +190,7 @@ def ponder_steps(output_dir: str, data: dict) -> dict | None:
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     options = {"direction": data["direction"]} if data["direction"] else {}
-    splits = modeling_ndr.load_task(data["task"], seed=data["task_seed"], n_train=SMALLEST_TRAIN[data["task"]],
+    splits = modeling_ndr.load_task(data["task"], seed=data["task_seed"], n_train=SMALLEST_N_TRAIN[data["task"]],
                                     n_eval=data["n_eval"], **options)  # fmt: skip
     measured = {}
     for split in SPLITS:

@@ -38,7 +38,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoMod
 import modeling_ndr
 from modeling_ndr.metrics import load_token_accuracy
 from modeling_ndr.tables import markdown_table
-from modeling_ndr.tasks import COUPLED_TASKS, TOKEN_TASK_NAMES, ctl_compositions
+from modeling_ndr.tasks import COUPLED_TASKS, SMALLEST_N_TRAIN, TOKEN_TASK_NAMES, ctl_compositions
 from modeling_ndr.training import (
     EVAL_SPLITS,
     DataArguments,
@@ -58,11 +58,6 @@ from modeling_ndr.training.adaptive import DEEPER_SPLIT
 from modeling_ndr.training.evaluation import predict
 from modeling_ndr.training.token_labels import encode_token_task, token_columns, token_metrics
 from modeling_ndr.training.trainer import nested_results
-
-
-# load_task generates every split; the evaluation splits do not depend on n_train, so the smallest train set is
-# asked for (CTL and arithmetic put all of depth 1 into train: 72 and 200 samples).
-SMALLEST_TRAIN = {"ctl": 72, "arithmetic": 200, "listops": 1}
 
 
 def parse_arguments(argv):
@@ -140,7 +135,7 @@ def load_splits(args, per_token: bool = False) -> dict[str, datasets.Dataset]:
         options = {"direction": args.direction} if args.direction else {}
         try:
             data = modeling_ndr.load_task(
-                args.task, seed=args.task_seed, n_train=SMALLEST_TRAIN[args.task], n_eval=args.n_eval, **options
+                args.task, seed=args.task_seed, n_train=SMALLEST_N_TRAIN[args.task], n_eval=args.n_eval, **options
             )
         except ValueError as error:
             raise UsageError(str(error)) from None

@@ -84,7 +84,7 @@ in `token_tasks.py` (formats) and `token_generation.py` (splits).
 
 from .common import GENERATOR_VERSION, MAX_TOKENS, SPLIT_NAMES, TASK_NAMES
 from .ctl import CTL_DIRECTIONS, CTL_FUNCTIONS, CTL_SYMBOLS, ctl_compositions, ctl_tables
-from .generation import load_task, split_depths, split_description
+from .generation import SMALLEST_N_TRAIN, load_task, split_depths, split_description
 from .token_generation import encode_token_rows, load_token_task
 from .token_tasks import (
     COUPLED_TASKS,
@@ -117,6 +117,7 @@ __all__ = [
     "ctl_tables",
     "ctl_compositions",
     "load_task",
+    "SMALLEST_N_TRAIN",
     "split_description",
     "split_depths",
     "task_label_names",

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from ..tables import markdown_table
-from ..tasks import ctl_compositions, task_label_names
+from ..tasks import SMALLEST_N_TRAIN, ctl_compositions, task_label_names
 from .evaluation import predict
 
 
@@ -93,7 +93,7 @@ def evaluation_rows(task: dict, n_eval: int | None = None) -> dict[str, list[dic
     if quiet:
         datasets.disable_progress_bars()
     try:
-        data = load_task("ctl", seed=seed, n_train=72, n_eval=n_eval, direction=direction)  # 72: depth 1, the least
+        data = load_task("ctl", seed=seed, n_train=SMALLEST_N_TRAIN["ctl"], n_eval=n_eval, direction=direction)
     finally:
         if quiet:
             datasets.enable_progress_bars()
