@@ -7,13 +7,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_CPU := torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 DEMO_DIRECTION ?= forward
 DEMO_DIR ?= outputs/ctl_$(DEMO_DIRECTION)_cpu
 NPROC ?= 2
 DEMO_ARGS ?=
 
 .PHONY: help compare compare-budget release push-release setup demo demo-backward demo-backward-long demo-forward-long \
-	demo-backward-bos demo-backward-first example-finetune test test-fast test-slow test-gpu test-image-versions lint format \
+	demo-backward-bos example-finetune test test-fast test-slow test-gpu test-image-versions lint format \
 	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown \
 	release-cooldown-resume \
 	compare-tokens
@@ -26,7 +27,16 @@ help: ## list the targets and what they do
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(TORCH_CPU)
+	@# the CPU build of torch: its wheel index first (pip's default index gives Linux the CUDA build, gigabytes), the
+	@# default index where that cannot be reached; then say which build came and how
+	@if $(BIN)/python -m pip install --quiet --timeout 30 --retries 1 --index-url $(TORCH_CPU_INDEX) $(TORCH_CPU); then \
+	    how="pip install --index-url $(TORCH_CPU_INDEX)"; \
+	else \
+	    $(BIN)/python -m pip install --quiet $(TORCH_CPU) || exit 1; \
+	    how="pip's default index: $(TORCH_CPU_INDEX) could not be reached"; \
+	fi; \
+	$(BIN)/python -c "import sys, torch; build = 'the CPU build' if torch.version.cuda is None else \
+	    'a CUDA ' + torch.version.cuda + ' build'; print('make setup: torch', torch.__version__, '-', build, '(' + sys.argv[1] + ')')" "$$how"
 	$(BIN)/python -m pip install --quiet -e ".[test,train]"
 	$(BIN)/python tests/transformers_suite.py  # transformers' common model tests, from its source distribution
 	touch $(STAMP)
@@ -35,7 +45,7 @@ DEMO_PRESET ?= ctl_cpu
 
 # gloo data parallelism on the CPU: `accelerate launch --cpu` starts one process, so --multi_gpu with
 # ACCELERATE_USE_CPU and --use_cpu (without them each process silently trains alone; docs/training.md)
-demo: $(STAMP) ## train NDR on CTL on this CPU (2 processes, ~10 min), print ood_test, export a hub-ready model
+demo: $(STAMP) ## train NDR on CTL on this CPU (2 processes, 10-15 min), print ood_test, export a hub-ready model
 	ACCELERATE_USE_CPU=true OMP_NUM_THREADS=1 $(BIN)/accelerate launch --multi_gpu --num_processes $(NPROC) \
 	    --num_machines 1 --mixed_precision no --dynamo_backend no \
 	    training/train.py --preset $(DEMO_PRESET) --direction $(DEMO_DIRECTION) --use_cpu --ddp_find_unused_parameters false \
@@ -56,16 +66,11 @@ demo-forward-long: $(STAMP) ## opt-in, ~33 min: the long recipe on forward CTL (
 demo-backward-bos: $(STAMP) ## backward CTL in the demo budget (~11 min) with the classifier on [BOS]
 	$(MAKE) demo DEMO_DIRECTION=backward DEMO_PRESET=ctl_backward_bos_cpu DEMO_DIR=outputs/ctl_backward_bos_cpu
 
-# the old name of demo-backward-bos, until the next release
-demo-backward-first:
-	@echo "make demo-backward-first is deprecated: it is make demo-backward-bos now" >&2
-	$(MAKE) demo-backward-bos
-
-# the README's worked example (about 10 min after make demo): fine-tune the demo model on a new task (CTL with three
+# the README's worked example (about 7 min after make demo; docs/results/finetune-example.md): fine-tune the demo model on a new task (CTL with three
 # new functions, as jsonl) against the same size trained from scratch, then with the plain Trainer snippet
 EXAMPLE_DIR ?= outputs/example_finetune
 DEMO_MODEL ?= $(DEMO_DIR)/export
-example-finetune: $(STAMP) ## the README's worked example: fine-tune the demo model on a new task (~10 min)
+example-finetune: $(STAMP) ## the README's worked example: fine-tune the demo model on a new task (~7 min)
 	test -f $(DEMO_MODEL)/config.json || $(MAKE) demo
 	OMP_NUM_THREADS=1 $(BIN)/python training/examples/finetune_example.py --demo_model $(DEMO_MODEL) \
 	    --output_dir $(EXAMPLE_DIR)
@@ -105,8 +110,8 @@ compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same 
 test: lint ## the linter, then the test suite (what CI runs), naming its 20 slowest tests
 	$(BIN)/python -m pytest -q --durations=20
 
-test-fast: lint ## the linter and the unit tests only (-m "not e2e": no training runs, a few minutes)
-	$(BIN)/python -m pytest -q -m "not slow and not gpu and not official and not e2e"
+test-fast: lint ## the linter and the unit tier only (tests/unit: no training runs, a few minutes)
+	$(BIN)/python -m pytest -q tests/unit
 
 lint: $(STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff check .
@@ -189,7 +194,7 @@ ORG ?= ndr-org
 push-release: $(STAMP) ## upload the released models to ORG (needs a network and a token)
 	$(BIN)/python hub_cards/make_model_repos.py --push --org $(ORG)
 
-# the documentation site (mkdocs.yml, docs/): make test builds it too (tests/test_docs.py)
+# the documentation site (mkdocs.yml, docs/): make test builds it too (tests/e2e/test_docs.py)
 docs: $(STAMP) ## build the documentation site strictly into site/
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 

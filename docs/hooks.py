@@ -10,7 +10,7 @@
       <!-- end table -->
 
   What stands between the markers in the Markdown is replaced by the table at build time when the file exists, so the
-  page can never disagree with the data (`tests/test_docs.py` checks the rendering).
+  page can never disagree with the data (`tests/e2e/test_docs.py` checks the rendering).
 - `<!-- released models -->` is replaced by a table of the released models in `hub_cards/models/`, read from each
   folder's `eval_results.json` and `run_config.json` (the files its model card is rendered from).
 """

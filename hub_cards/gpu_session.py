@@ -44,7 +44,7 @@ with the released folder and its `last-checkpoint/` (split into `.part-NNN` file
 `file_parts` keeps files: `cat release-*.tar.part-* | tar -x`).
 
 `--dry_run` (`make gpu-session NO_CUDA=1`) hides CUDA and runs the same steps, sized for the CPU: the CUDA tests of
-`tests/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
+`tests/unit/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
 tiny preset through `--release_args`).
 """
 
@@ -224,7 +224,7 @@ def session_steps(args, work: str, site: str, has_cuda: bool) -> list[Step]:
                    "no:cacheprovider", "--continue-on-collection-errors", f"--junitxml={report}"]  # fmt: skip
         if importlib.util.find_spec("pytest_timeout"):  # one hanging test does not take the others' time
             command.append(f"--timeout={max(MIN_TEST_TIMEOUT, int(limit / 3))}")
-        return command + (["tests/test_gpu.py"] if args.dry_run else [])
+        return command + (["tests/unit/test_gpu.py"] if args.dry_run else [])
 
     def attention(limit):
         sizes = ["--seq", "13" if args.dry_run else ATTENTION_LENGTHS]

@@ -22,8 +22,8 @@ GPU preset); `--cooldown` trains a branch whose learning rate decays to zero ove
 good (`--resume_branch`: on from where a time box cut it, its `cooldown-checkpoint/`). A line of another recipe is
 refused in one line (`--switch_recipe` starts a new line).
 
-The modeling code is not committed here (copies would drift from `modeling_ndr/`): `--push` and `--stage` add it
-from the installed package (`save_pretrained` writes it), so the pushed repository also loads with
+The modeling and tokenizer code is not committed here (copies would drift from `modeling_ndr/`): `--push` and
+`--stage` add it from the installed package (`save_pretrained` writes it), so the pushed repository also loads with
 `trust_remote_code=True` where `ndr` is not installed.
 """
 
@@ -403,6 +403,8 @@ def _released_files(name, source, target, org, max_bytes, eval_results=None, run
 
 def stage(name: str, out_dir: str) -> str:
     """The folder `--push` uploads: the released files plus the modeling code (written by `save_pretrained`)."""
+    from transformers import AutoTokenizer
+
     from modeling_ndr.training.export import head_class
 
     source = os.path.join(MODELS_DIR, name)
@@ -411,6 +413,7 @@ def stage(name: str, out_dir: str) -> str:
     target = os.path.join(out_dir, name)
     shutil.copytree(source, target, dirs_exist_ok=True)
     head_class(source).from_pretrained(source).save_pretrained(target)  # the same weights (and head), + code
+    AutoTokenizer.from_pretrained(source).save_pretrained(target)  # the same tokenizer, + tokenization_ndr.py
     for file in ("README.md", "config.json"):  # the released versions, byte for byte
         shutil.copy2(os.path.join(source, file), target)
     return target

@@ -12,7 +12,13 @@ matplotlib) are imported only when one of their names is used, so `import modeli
 
 import importlib
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
 
 from .configuration_ndr import NDRConfig
 from .modeling_ndr import (
@@ -25,15 +31,16 @@ from .modeling_ndr import (
     NDRTokenClassifierOutput,
     geometric_attention_weights,
 )
-from .tokenization_ndr import build_tokenizer, extend_tokenizer
+from .tokenization_ndr import NDRTokenizerFast, UnknownWordsError, build_tokenizer, extend_tokenizer
 
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 AutoConfig.register("ndr", NDRConfig)
 AutoModel.register(NDRConfig, NDRModel)
 AutoModelForSequenceClassification.register(NDRConfig, NDRForSequenceClassification)
 AutoModelForTokenClassification.register(NDRConfig, NDRForTokenClassification)
+AutoTokenizer.register(NDRConfig, fast_tokenizer_class=NDRTokenizerFast)
 NDRConfig.register_for_auto_class()
 NDRModel.register_for_auto_class("AutoModel")
 NDRForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
@@ -75,6 +82,8 @@ __all__ = [
     "NDRSequenceClassifierOutput",
     "NDRTokenClassifierOutput",
     "geometric_attention_weights",
+    "NDRTokenizerFast",
+    "UnknownWordsError",
     "build_tokenizer",
     "extend_tokenizer",
     *_LAZY_NAMES,

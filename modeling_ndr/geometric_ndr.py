@@ -38,7 +38,6 @@ import logging
 import math
 import os
 import threading
-import warnings
 from functools import lru_cache, wraps
 from typing import NamedTuple
 
@@ -147,15 +146,6 @@ def geometric_attention_torch(
     return torch.exp(log_weights.masked_fill(log_weights < smallest_normal, float("-inf")))
 
 
-def geometric_attention_reference(*args, **kwargs) -> torch.Tensor:
-    """Deprecated name of `geometric_attention_torch` (it is the path every GPU runs, not a test reference); it will
-    be removed in the release after 0.3."""
-    warnings.warn(
-        "geometric_attention_reference is deprecated: use geometric_attention_torch.", FutureWarning, stacklevel=2
-    )
-    return geometric_attention_torch(*args, **kwargs)
-
-
 # ------------------------------------------------------------------------------------------ the fused CPU kernel
 
 
@@ -187,22 +177,32 @@ def _kernel_name(source: str, capability: str, flags: list[str]) -> str:
     return f"ndr_geometric_{capability.lower()}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 
+def kernel_build_directory(name: str) -> str:
+    """The folder the kernel `name` is built and cached in: `$TORCH_EXTENSIONS_DIR/<name>` if that is set, else
+    `<torch's default build root>/ndr/<name>` (`~/.cache/torch_extensions/ndr/...`). ndr names the folder itself and
+    gives it to torch (`load_inline(build_directory=...)`), so it knows where the build's files are."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(get_default_build_root(), "ndr")
+    folder = os.path.join(root, name)
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
 @contextlib.contextmanager
-def _build_lock(name: str):
-    """Hold this kernel's build lock, clearing a build lock that a killed build left behind.
+def _build_lock(folder: str):
+    """Hold the build lock of the kernel built in `folder`, clearing a build lock that a killed build left behind.
 
     torch marks a build in progress with a file `lock` in the build folder, which outlives a build that was killed
     (Ctrl-C, a timeout during the first build); every later process then waits for it forever, without a word. Builds
     of this kernel also hold an `flock` (released by the kernel however the process ends), so whoever holds it knows
-    that a `lock` file there is a dead build's.
+    that a `lock` file there is a dead build's. (The file's name is torch's `FileBaton` convention, listed in
+    docs/contributing.md with the other upstream details ndr relies on; tests/unit/test_geometric_attention.py pins
+    it.)
     """
     try:
         import fcntl
-
-        from torch.utils.cpp_extension import _get_build_directory
-
-        folder = _get_build_directory(name, verbose=False)
-    except (ImportError, OSError):  # no flock (Windows), or torch moved its helper: torch's own lock alone
+    except ImportError:  # no flock (Windows): torch's own lock alone
         yield
         return
     with open(os.path.join(folder, ".ndr-build.flock"), "w") as held:
@@ -214,18 +214,8 @@ def _build_lock(name: str):
         yield
 
 
-def _kernel_built(name: str) -> bool:
-    """Whether torch's extension cache already holds the kernel `name` (a build then only loads it)."""
-    try:
-        from torch.utils.cpp_extension import _get_build_directory  # private: at worst the message shows again
-
-        return os.path.isfile(os.path.join(_get_build_directory(name, verbose=False), f"{name}.so"))
-    except Exception:  # noqa: BLE001
-        return False
-
-
 def load_cpu_kernel():
-    """The compiled CPU kernel module, building it on first use (cached by torch in `~/.cache/torch_extensions`), or
+    """The compiled CPU kernel module, building it on first use (cached in `kernel_build_directory`), or
     `None` if it cannot be built here (no C++ compiler, no OpenMP, or no `geometric_ndr_cpu.cpp` next to this file)."""
     with _kernel_lock:
         if "module" in _kernel_state:
@@ -243,14 +233,17 @@ def load_cpu_kernel():
                 capability = torch.backends.cpu.get_cpu_capability()
                 flags = _ISA_FLAGS.get(capability, [])
                 name = _kernel_name(source, capability, flags)
-                with _build_lock(name):
-                    if not _kernel_built(name):  # a first use on this machine is otherwise ~30 s of silence
+                folder = kernel_build_directory(name)
+                with _build_lock(folder):
+                    if not os.path.isfile(os.path.join(folder, f"{name}.so")):  # else ~30 s of silence
                         logger.warning(
                             "building the geometric-attention CPU kernel for this machine (once: about 30 s, then "
-                            "cached by torch in ~/.cache/torch_extensions)"
+                            "cached in %s)",
+                            folder,
                         )
                     module = load_inline(
                         name=name,
+                        build_directory=folder,
                         cpp_sources=source,
                         functions=["geometric_forward", "geometric_backward"],
                         extra_cflags=["-O3", "-fopenmp", *flags],
@@ -422,7 +415,6 @@ def geometric_attention_weights(
 __all__ = [
     "geometric_attention_weights",
     "geometric_attention_torch",
-    "geometric_attention_reference",
     "direction_logits",
     "load_cpu_kernel",
     "uses_cpu_kernel",

@@ -275,15 +275,6 @@ class NDRPreTrainedModel(PreTrainedModel):
         config.validate()  # the config may have been changed since it was built
         super().__init__(config, *inputs, **kwargs)
 
-    def _initialize_missing_keys(self, *args, **kwargs):
-        # from_pretrained: what the checkpoint lacks starts here, a head for new labels (`ignore_mismatched_sizes`)
-        # among them, which starts as transformers starts one whatever `init_style` the loaded model trained with
-        self._initializing_missing_keys = True
-        try:
-            return super()._initialize_missing_keys(*args, **kwargs)
-        finally:
-            self._initializing_missing_keys = False
-
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         """How every weight starts. `config.init_style="ndr"` (the release's init): Xavier-uniform projections (gain
@@ -337,9 +328,17 @@ class NDRPreTrainedModel(PreTrainedModel):
             if module.bias is not None:
                 init.constant_(module.bias, bias)
         elif isinstance(module, nn.Linear) and config.init_style == "official":
-            if getattr(self, "_initializing_missing_keys", False):
+            if self._loaded_some_weights():
                 return  # a new head on a loaded model: transformers' init above (N(0, initializer_range), bias 0)
             pytorch_default_init(module)  # the classifier: the official code's init of it never runs (see the docs)
+
+    def _loaded_some_weights(self) -> bool:
+        """Whether `from_pretrained` filled any of this model's weights from a checkpoint: transformers marks what it
+        loaded `_is_hf_initialized` before `_init_weights` starts what the checkpoint lacks. A head initialised while
+        the encoder was loaded is a new head (new labels, `ignore_mismatched_sizes=True`); with nothing loaded
+        (`NDRForSequenceClassification(config)`, or `from_pretrained` of an empty state dict) the model is new and
+        every weight starts as its `init_style` says. tests/unit/test_init_styles.py pins both cases."""
+        return any(getattr(parameter, "_is_hf_initialized", False) for parameter in self.parameters())
 
     def _official_projection_init(self, module: nn.Linear):
         """A projection as the official code (RobertCsordas/ndr at da20530) starts its counterpart, which depends on
@@ -959,7 +958,7 @@ class NDRForTokenClassification(NDRPreTrainedModel):
 
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels).float(), labels.reshape(-1), ignore_index=-100)
+            loss = self.loss_function(logits, labels, self.config)  # cross-entropy in float32; -100 is ignored
             if outputs.ponder_cost is not None:
                 loss = loss + self.config.act_ponder_weight * outputs.ponder_cost.mean()
         return NDRTokenClassifierOutput(

@@ -8,8 +8,8 @@ trained so needs the same ids at inference; `pipeline("token-classification")` a
 correctly through the Auto classes, the pipeline and remote code.
 
 The rule is `coupled_positions`' own, on rows as the tokenizer writes them (`[BOS]`, the words, `[EOS]`, padding on
-either side): `[BOS]` 0, the words as there, `[EOS]` one past the highest. `tests/test_position_coupling.py` checks it
-against the word-level definition on every task's rows, padded on both sides.
+either side): `[BOS]` 0, the words as there, `[EOS]` one past the highest. `tests/unit/test_position_coupling.py`
+checks it against the word-level definition on every task's rows, padded on both sides.
 """
 
 from __future__ import annotations

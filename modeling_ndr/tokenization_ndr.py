@@ -8,8 +8,10 @@ wrapped as a `PreTrainedTokenizerFast` that saves and loads with `save_pretraine
 only `input_ids` and `attention_mask` (no `token_type_ids`), which is what the model's `forward` takes.
 """
 
+import contextlib
 import json
 import os
+import shutil
 from collections.abc import Iterable
 
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
@@ -24,23 +26,124 @@ SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, EOS_TOKEN)
 DEFAULT_MODEL_MAX_LENGTH = 512
 
 
-class NDRTokenizerFast(PreTrainedTokenizerFast):
-    """A `PreTrainedTokenizerFast` whose `save_pretrained` names the class `PreTrainedTokenizerFast`.
+class UnknownWordsError(ValueError):
+    """A text holds words the tokenizer's vocabulary lacks (each would be read as `[UNK]`)."""
 
-    transformers 5 writes its backend's class name (`TokenizersBackend`) into `tokenizer_config.json`, which older
-    versions cannot load; every version's `AutoTokenizer` knows `PreTrainedTokenizerFast`. Nothing else changes: the
-    saved folder loads with `AutoTokenizer.from_pretrained(folder)` and needs no code from this package.
+
+UNKNOWN_WORDS_CHOICES = ("error", "unk")
+
+
+class NDRTokenizerFast(PreTrainedTokenizerFast):
+    """The word-level tokenizer of an NDR model: a `PreTrainedTokenizerFast` that knows its whole vocabulary.
+
+    A word-level model has no sub-words to fall back on: a word outside its vocabulary reaches the model as `[UNK]`,
+    and the model answers something without a word of warning. So calling the tokenizer (which `pipeline`, `Trainer`
+    data preparation and `train.py` all do) on a text with unknown words raises `UnknownWordsError`, one line naming
+    them and, where the tokenizer was saved with one, an example of what the model reads (`input_example`). Pass
+    `unknown_words="unk"` (to `from_pretrained` or when building it) to read them as `[UNK]` as other tokenizers do.
+
+    Saved folders name this class in `tokenizer_config.json` (`tokenizer_class: NDRTokenizerFast`) with an `auto_map`
+    and a copy of this file, so `AutoTokenizer` loads it with the package imported, or without the package with
+    `trust_remote_code=True`.
+
+    It takes `PreTrainedTokenizerFast`'s arguments and two of its own, kept in `init_kwargs` (and so in
+    `tokenizer_config.json`): `unknown_words` (`"error"`, the default, or `"unk"`: see above) and `input_example` (a
+    text the model reads, quoted in the error).
     """
+
+    # No `__init__` of its own: transformers loads `tokenizer.json` as it is only into classes without one (others it
+    # rebuilds from the vocabulary); `unknown_words` and `input_example` travel in `init_kwargs`.
+
+    @property
+    def unknown_words(self) -> str:
+        """`"error"` (the default) or `"unk"`: what calling the tokenizer does with a word outside the vocabulary."""
+        value = self.init_kwargs.get("unknown_words") or "error"
+        if value not in UNKNOWN_WORDS_CHOICES:
+            raise ValueError(f"unknown_words={value!r}: expected one of {UNKNOWN_WORDS_CHOICES}")
+        return value
+
+    @unknown_words.setter
+    def unknown_words(self, value: str):
+        if value not in UNKNOWN_WORDS_CHOICES:
+            raise ValueError(f"unknown_words={value!r}: expected one of {UNKNOWN_WORDS_CHOICES}")
+        self.init_kwargs["unknown_words"] = value
+
+    @contextlib.contextmanager
+    def reading_unknown_words(self):
+        """Within this block, calls read unknown words as `[UNK]` whatever `unknown_words` says (train.py's
+        `--unknown_words unk`); the setting that is saved with the tokenizer does not change."""
+        kept = self.init_kwargs.get("unknown_words")
+        self.init_kwargs["unknown_words"] = "unk"
+        try:
+            yield self
+        finally:
+            if kept is None:
+                self.init_kwargs.pop("unknown_words", None)
+            else:
+                self.init_kwargs["unknown_words"] = kept
+
+    @property
+    def input_example(self) -> str | None:
+        """A text the model reads (quoted when a text holds unknown words), or None."""
+        return self.init_kwargs.get("input_example")
+
+    def __call__(self, text=None, text_pair=None, *args, **kwargs):
+        encoded = super().__call__(text, text_pair, *args, **kwargs)
+        if self.unknown_words == "error" and _holds(encoded.get("input_ids"), self.unk_token_id):
+            # (the words are looked up only where an [UNK] came out: a text may also hold the word "[UNK]" itself)
+            for part in (text, text_pair, kwargs.get("text_target"), kwargs.get("text_pair_target")):
+                self.check_words(part, kwargs.get("is_split_into_words", False))
+        return encoded
+
+    def unknown_words_in(self, texts) -> list[str]:
+        """The words of `texts` (a string or a list of them) that the vocabulary lacks, in order of appearance."""
+        vocabulary, unknown = self.get_vocab(), {}
+        pre_tokenizer = self.backend_tokenizer.pre_tokenizer  # the words exactly as the model's vocabulary sees them
+        split = (
+            pre_tokenizer.pre_tokenize_str if pre_tokenizer is not None else lambda t: [(w, None) for w in t.split()]
+        )
+        for text in [texts] if isinstance(texts, str) else texts:
+            for word, _ in split(text) if isinstance(text, str) else ():
+                if word not in vocabulary:
+                    unknown.setdefault(word)
+        return list(unknown)
+
+    def check_words(self, texts, is_split_into_words: bool = False) -> None:
+        """Raise `UnknownWordsError` if `texts` (what `__call__` takes) hold a word outside the vocabulary."""
+        if texts is None:
+            return
+        if is_split_into_words:  # a list of words, or a batch of such lists
+            batch = [texts] if texts and isinstance(texts[0], str) else texts
+            texts = [" ".join(words) for words in batch]
+        if unknown := self.unknown_words_in(texts):
+            shown = ", ".join(repr(word) for word in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+            example = f"; it reads texts like {self.input_example!r}" if self.input_example else ""
+            raise UnknownWordsError(
+                f"{len(unknown)} word{'s' if len(unknown) > 1 else ''} not in this model's vocabulary: {shown}"
+                f"{example} (words separated by spaces; unknown_words='unk' reads them as [UNK])"
+            )
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         files = super().save_pretrained(save_directory, *args, **kwargs)
         config_file = os.path.join(save_directory, "tokenizer_config.json")
         with open(config_file, encoding="utf-8") as f:
             config = json.load(f)
-        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        # transformers 5 writes its backend's class name (TokenizersBackend); name this class, and where to find it
+        config["tokenizer_class"] = "NDRTokenizerFast"
+        config["auto_map"] = {"AutoTokenizer": [None, "tokenization_ndr.NDRTokenizerFast"]}
         with open(config_file, "w", encoding="utf-8") as f:
             f.write(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        shutil.copyfile(os.path.abspath(__file__), os.path.join(save_directory, "tokenization_ndr.py"))
         return files
+
+
+def _holds(input_ids, token_id: int | None) -> bool:
+    """Whether `input_ids` (one row or a batch: lists, a tensor or an array) hold `token_id`."""
+    if input_ids is None or token_id is None:
+        return False
+    rows = input_ids.tolist() if hasattr(input_ids, "tolist") else input_ids
+    rows = [rows] if rows and isinstance(rows[0], int) else rows
+    return any(token_id in row for row in rows)
 
 
 def build_tokenizer(

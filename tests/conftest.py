@@ -18,9 +18,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["NDR_CPU_NATIVE_BF16"] = os.environ.get("NDR_TEST_CPU_NATIVE_BF16", "0")
 
 # the modules beside the checkout's scripts (release lines, the comparison, the GPU session: not in the package) are
-# imported as the scripts import them, as siblings
+# imported as the scripts import them, as siblings; the tests' own helpers (tiny.py, hub_cache.py, ...) live here,
+# beside the two tiers (tests/unit, tests/e2e)
 for _folder in ("hub_cards", "training"):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -28,7 +30,8 @@ import torch  # noqa: E402
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 # tests/fake_cuda/ runs on simulated CUDA, which needs torch to know a CUDA device from its import on: a CUDA build
-# does; a CPU-only one does in the process that tests/test_simulated_cuda.py starts (fake_cuda_preload loaded first)
+# does; a CPU-only one does in the process that tests/e2e/test_simulated_cuda.py starts (fake_cuda_preload loaded
+# first)
 if not (torch.backends.cuda.is_built() or "fake_cuda_preload" in sys.modules):
     collect_ignore = ["fake_cuda"]
 # Without a GPU, Triton kernels (modeling_ndr.geometric_ndr_triton) run in Triton's interpreter, on CPU tensors. Triton
@@ -51,23 +54,19 @@ def hf_home() -> str:
     return _HF_HOME
 
 
-# the modules whose tests train, launch processes or build things end to end (train.py, make, accelerate, a wheel, the
-# docs site, the Space): marked `e2e`, so that `make test-fast` (-m "not e2e") runs the unit tests in a few minutes;
-# `make test` and CI run everything
-E2E_MODULES = {
-    "test_adaptive_export", "test_compare", "test_compare_tokens", "test_dataset_repos", "test_docs",
-    "test_gpu_release", "test_gpu_session", "test_gpu_training", "test_hub_push", "test_installed_package",
-    "test_own_data", "test_own_data_defaults", "test_own_token_task", "test_preemption", "test_release_continuation",
-    "test_release_cooldown", "test_released_models", "test_reliability", "test_simulated_cuda", "test_space",
-    "test_training", "test_training_package",
-}  # fmt: skip
+# Two tiers, by folder: tests/unit (one behaviour at a time, in-process: `make test-fast`, a few minutes) and
+# tests/e2e (what trains, launches processes or builds things end to end: train.py, make, accelerate, a wheel, the
+# docs site, the Space). A test lands in a tier by where it is written; its tests are marked `e2e` from there, so
+# `-m "not e2e"` still selects the unit tier. `make test` and CI run both.
+E2E_FOLDER = Path(__file__).resolve().parent / "e2e"
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests of `E2E_MODULES` are marked `e2e`. `gpu` tests skip where CUDA is missing, unless NDR_TEST_DEVICE=cpu runs
-    tests/test_gpu.py's checks on the CPU (which keeps the test code itself exercised on machines without a GPU)."""
+    """Tests under tests/e2e are marked `e2e`. `gpu` tests skip where CUDA is missing, unless NDR_TEST_DEVICE=cpu runs
+    tests/unit/test_gpu.py's checks on the CPU (which keeps the test code itself exercised on machines without a
+    GPU)."""
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in E2E_MODULES:
+        if E2E_FOLDER in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
     if torch.cuda.is_available() or os.environ.get("NDR_TEST_DEVICE") == "cpu":
         return

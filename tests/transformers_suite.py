@@ -1,4 +1,4 @@
-"""transformers' own common model tests (`ModelTesterMixin`), for `tests/test_transformers_common.py`.
+"""transformers' own common model tests (`ModelTesterMixin`), for `tests/unit/test_transformers_common.py`.
 
 transformers' wheel has no tests; its source distribution on the package index has the top-level test modules,
 `tests/test_modeling_common.py` among them. `make setup` runs this file once: it downloads the source distribution

@@ -53,6 +53,7 @@ from modeling_ndr.training import (
     read_data_file,
     results_table,
     standard_columns,
+    warn_unknown_words,
 )
 from modeling_ndr.training.adaptive import DEEPER_SPLIT
 from modeling_ndr.training.evaluation import predict
@@ -115,6 +116,13 @@ def parse_arguments(argv):
         "the tokenizers split on spaces) and per depth, for each split. In ListOps the first token is the root "
         "operator ([MIN, [MAX, [MED, [SM), so the table shows which operators the model has learned. In "
         "--output_json under each split's 'by_first_token'.",
+    )
+    parser.add_argument(
+        "--unknown_words",
+        choices=["error", "unk"],
+        default="error",
+        help="A word of the data that the model's tokenizer lacks: error (one line naming the words, before any "
+        "prediction) or unk (read as [UNK], with a warning).",
     )
     parser.add_argument("--output_json", help="Also write the results here.")
     args = parser.parse_args(argv)
@@ -222,7 +230,9 @@ def load_model(args):
         per_token = "NDRForTokenClassification" in (config.architectures or [])
         auto = AutoModelForTokenClassification if per_token else AutoModelForSequenceClassification
         model = auto.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+        if args.unknown_words == "unk":
+            tokenizer.init_kwargs["unknown_words"] = "unk"  # NDRTokenizerFast reads them as [UNK] (others always do)
     except (OSError, ValueError) as error:
         raise UsageError(f"{args.model}: cannot load the model and its tokenizer ({first_line(error)})") from None
     return model.eval(), tokenizer
@@ -338,6 +348,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise UsageError(f"--position_coupling: {args.model} has position_encoding={model.config.position_encoding} "
                          "and relative_key_window=0, which read no position ids")  # fmt: skip
     splits = load_splits(args, per_token)
+    warn_unknown_words(datasets.DatasetDict(splits), tokenizer, args.unknown_words)
     if per_token:
         if torch.cuda.is_available():
             model.cuda()

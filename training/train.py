@@ -30,6 +30,7 @@ A bad command line, preset, model setting or data file is reported in one line b
 step is trained (exit status 2).
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -97,6 +98,7 @@ from modeling_ndr.training.token_labels import (
     token_metrics_function,
 )
 from modeling_ndr.training.trainer import add_first_token_column, first_token_metric_names
+from modeling_ndr.training.weight_average import WeightAverage
 
 
 logger = logging.getLogger("ndr.train")
@@ -110,6 +112,26 @@ def main(argv: list[str] | None = None) -> dict:
     # (under DDP the main process holds it for all ranks)
     with lock_output_dir(training_args.output_dir, enabled=training_args.should_save):
         return run(argv, data_args, model_args, run_args, training_args, preset)
+
+
+def headline(export_dir: str, results: dict, steps: int, precision: str) -> str:
+    """The run's last split (ood_test for the paper's tasks) as the exported model scores it as loaded (with adaptive
+    steps where the export chose them: its own `eval_results.json`, in float32), with the fixed-step figure beside."""
+    split = list(results)[-1]
+    trainer_figure = f"{results[split]['accuracy']:.4f} as Trainer evaluated the selected checkpoint ({steps} steps"
+    try:
+        with open(os.path.join(export_dir, "eval_results.json")) as f:
+            loaded = json.load(f).get(split) or {}
+    except (OSError, ValueError):
+        loaded = {}
+    fixed = loaded.get("fixed_steps")
+    if not fixed:  # the export runs the fixed steps of training: its accuracy is the Trainer's
+        return f"{split} accuracy of the exported model as loaded: {trainer_figure}, {precision})"
+    return (
+        f"{split} accuracy of the exported model as loaded: {loaded['accuracy']:.4f} (adaptive steps, "
+        f"{loaded['mean_steps']:.1f} on average, float32); with the {fixed['num_steps']} fixed steps of training: "
+        f"{fixed['accuracy']:.4f} (float32), {trainer_figure}, {precision})"
+    )
 
 
 def ponder_schedule(config, run_args) -> list:
@@ -179,6 +201,9 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     stop_at_accuracy = []  # --stop_at_accuracy SPLIT=ACCURACY: training ends at the first evaluation reaching it
     if run_args.stop_at_accuracy:
         stop_at_accuracy = [StopAtAccuracy(*parse_stop_at_accuracy(run_args.stop_at_accuracy, list(eval_splits)))]
+    if run_args.ema_decay is not None and not 0 < run_args.ema_decay < 1:
+        raise UsageError(f"--ema_decay {run_args.ema_decay}: expected a decay between 0 and 1 (e.g. 0.999)")
+    weight_average = [WeightAverage(run_args.ema_decay, resume)] if run_args.ema_decay is not None else []
 
     # ---- the model: new, or a checkpoint adapted to the data's words and labels
     set_seed(training_args.seed)
@@ -215,15 +240,17 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
             except ValueError as error:
                 raise UsageError(str(error)) from None
         else:
-            warn_unknown_words(raw, tokenizer)
-        if per_token:  # labels lined up with the tokens, -100 where nothing is scored; each row's length
-            data = encode_token_task(
-                raw, tokenizer, model.config.label2id,
-                position_coupling=data_args.task if data_args.position_coupling else None,
-                max_position_offset=data_args.max_position_offset, seed=data_args.task_seed,
-            )  # fmt: skip
-        else:
-            data = encode(raw, tokenizer, model.config.label2id, sources)
+            warn_unknown_words(raw, tokenizer, data_args.unknown_words)
+        reading = getattr(tokenizer, "reading_unknown_words", None)  # a tokenizer of the package (not an old one)
+        with reading() if reading and data_args.unknown_words == "unk" else contextlib.nullcontext():
+            if per_token:  # labels lined up with the tokens, -100 where nothing is scored; each row's length
+                data = encode_token_task(
+                    raw, tokenizer, model.config.label2id,
+                    position_coupling=data_args.task if data_args.position_coupling else None,
+                    max_position_offset=data_args.max_position_offset, seed=data_args.task_seed,
+                )  # fmt: skip
+            else:
+                data = encode(raw, tokenizer, model.config.label2id, sources)
         check_encoded(data, model.config, sources)  # a training step on a GPU checks no input values
     files = cache_files(raw, data)
     written = [path for path in files if os.path.getmtime(path) >= data_started]  # the others were in the cache
@@ -264,7 +291,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         balance_depths=data_args.balance_depths,
         balance_operators=data_args.balance_operators,
         sample_shares=sample_shares,
-        callbacks=[time_box, *ponder_schedule(model.config, run_args), *stop_at_accuracy],
+        callbacks=[time_box, *ponder_schedule(model.config, run_args), *stop_at_accuracy, *weight_average],
     )
     total_batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
     logger.info(
@@ -291,6 +318,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
             if per_token
             else model.config.id2label.get(labels, str(labels)),
         }
+        tokenizer.init_kwargs["input_example"] = example["text"]  # quoted when a text holds unknown words
         run_config = run_record(data_args, model_args, run_args, training_args, preset, values, example)
         write_run_config(training_args.output_dir, run_config)
 
@@ -318,19 +346,16 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     if training_args.should_save:
         with open(os.path.join(training_args.output_dir, "eval_results.json"), "w") as f:
             json.dump(results, f, indent=2)
-        if results:
-            print("\n" + results_table(results) + "\n")
         trainer.save_model(training_args.output_dir)  # the selected (best) model; never pushed (NDRTrainer)
         # the card's snippets name the repository the export goes to (Trainer resolved it when it was built)
         repo_id = trainer.hub_model_id if training_args.push_to_hub else None
         export_model(
             training_args.output_dir, export_dir, eval_results=results, run_config=run_config, repo_id=repo_id
         )
-        if results:
-            last = list(results)[-1]  # ood_test for the paper's tasks
+        if results:  # first what a user of the export gets, then the Trainer's table per depth
             steps = model.config.eval_num_hidden_layers or model.config.num_hidden_layers
-            print(f"{last} accuracy: {results[last]['accuracy']:.4f} (the selected checkpoint as Trainer evaluated "
-                  f"it: {steps} fixed steps, {describe_precision(training_args)})")  # fmt: skip
+            print("\n" + headline(export_dir, results, steps, describe_precision(training_args)))
+            print("\n" + results_table(results) + "\n")
         print(f"trained in {describe_precision(training_args)} on {run_config.get('machine', training_args.device)}")
         if (adaptive_summary := export_summary(export_dir)) is not None:  # CTL: fixed against adaptive steps
             print("\n" + adaptive_summary + "\n")

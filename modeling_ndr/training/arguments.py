@@ -68,6 +68,15 @@ class DataArguments:
             "token: SM for [SM) and <split>_accuracy_first_<token>_depth_<d>."
         },
     )
+    unknown_words: str = field(
+        default="error",
+        metadata={
+            "help": "What a word of your evaluation data that the tokenizer lacks (one the training data never "
+            "showed) does: error (the run stops before training, naming the words) or unk (it is read as [UNK], "
+            "and the run logs how many there are).",
+            "choices": ["error", "unk"],
+        },
+    )
     dataset_name: str | None = field(
         default=None,
         metadata={
@@ -200,6 +209,14 @@ class RunArguments:
     )
     export_dir: str | None = field(
         default=None, metadata={"help": "Hub-ready export folder (default: output_dir/export)."}
+    )
+    ema_decay: float | None = field(
+        default=None,
+        metadata={
+            "help": "Also keep an exponential moving average of the weights with this decay (e.g. 0.999), saved into "
+            "every checkpoint as checkpoint-N/ema/, a model folder of its own (training and selection use the "
+            "weights themselves)."
+        },
     )
     ponder_warmup_loss: float | None = field(
         default=None,

@@ -23,9 +23,9 @@ from .presets import config_values
 
 
 logger = logging.getLogger(__name__)
-# "The newest checkpoint in output_dir, if any" for --resume_from_checkpoint: `auto` is the documented spelling; the
-# older spellings latest, last, true and True (Trainer.train's resume_from_checkpoint=True) are still accepted.
-RESUME_LATEST = ("auto", "latest", "last", "true", "True")
+# "The newest complete checkpoint in output_dir, if any" for --resume_from_checkpoint: `auto`, or `true` (what
+# Trainer.train's resume_from_checkpoint=True means)
+RESUME_LATEST = ("auto", "true")
 # the classification head: re-initialised when the labels change (its weights have names starting with this)
 HEAD = "classifier"
 # the model of a run: one label per text, or one per token (your own token task: `token_labels`)
@@ -122,7 +122,7 @@ def check_resume(resume: str | None, output_dir: str, optimizer_states: bool = T
 
     Args:
         resume: `--resume_from_checkpoint`: None or `false` (start afresh), a checkpoint folder, or one of
-            `RESUME_LATEST` (`auto`, `latest`, `last`, `true`: the newest complete checkpoint in `output_dir`, if
+            `RESUME_LATEST` (`auto` or `true`: the newest complete checkpoint in `output_dir`, if
             any; newer incomplete ones, left by a crash while saving, are skipped with a warning naming them).
         output_dir: the run's output folder.
         optimizer_states: whether a checkpoint must hold the optimizer and scheduler states (`checkpoint_problem`).

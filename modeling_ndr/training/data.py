@@ -433,11 +433,18 @@ def cache_files(*splits: datasets.DatasetDict) -> list[str]:
     return list(dict.fromkeys(files))
 
 
-def warn_unknown_words(data: datasets.DatasetDict, tokenizer) -> None:
-    """Log how many evaluation words training never showed: they map to [UNK], and accuracy will suffer."""
+def warn_unknown_words(data: datasets.DatasetDict, tokenizer, unknown_words: str = "unk") -> None:
+    """Evaluation words that training never showed: with `unknown_words="error"` (`--unknown_words`, the default of
+    train.py) a `UsageError` naming the split and the words; with `"unk"` a logged warning (they read as [UNK], and
+    accuracy will suffer; encode such data inside `tokenizer.reading_unknown_words()`)."""
     vocabulary = tokenizer.get_vocab()
     for split, dataset in data.items():
         unknown = sorted({word for text in dataset["text"] for word in text.split()} - set(vocabulary))
+        if unknown and unknown_words == "error":
+            raise UsageError(
+                f"{split}: {len(unknown)} words are not in the model's tokenizer: {unknown[:10]}; --unknown_words unk "
+                "reads them as [UNK]"
+            )
         if unknown:
             logger.warning(
                 "%s: %d words are not in the tokenizer and read as [UNK]: %s", split, len(unknown), unknown[:10]

@@ -245,6 +245,8 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         own_data=own_data_name(task) is not None,
         selection_metric=run_config.get("metric_for_best_model"),
         preset=run_config.get("preset") or "none (command-line arguments)",
+        ndr_version=run_config.get("ndr_version"),
+        commit=run_config.get("commit"),
         seed=run_config.get("seed"),
         config=config,
         num_parameters=f"{model.num_parameters():,}",

@@ -22,7 +22,6 @@ NDRConfig fields of 2 to 4 (`config_values` puts the command line and the overri
 
 import importlib.resources
 import os
-import warnings
 from dataclasses import fields
 
 import yaml
@@ -37,11 +36,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # top-level `configuration/`), so an installed copy finds them outside the checkout too
 CONFIGURATION_DIR = str(importlib.resources.files("modeling_ndr") / "configuration")
 VARIANT_DIR = os.path.join(CONFIGURATION_DIR, "variants")
-# old preset name -> new name; the old names work until the release after 0.3 (with a FutureWarning)
-RENAMED_PRESETS = {
-    "ctl_backward_cpu_long": "ctl_cpu_long",  # it trains both directions (both released CTL models)
-    "ctl_backward_first_cpu": "ctl_backward_bos_cpu",  # the classifier reads [BOS]
-}
 # what a command line without --preset trains with (`default_preset`): a small NDR and a step budget that learn a toy
 # task in minutes on a CPU; fine-tuning takes the training flags only, with a gentler learning rate
 OWN_DATA_PRESET, FINE_TUNING_PRESET = "own_data", "own_data_finetune"
@@ -56,17 +50,8 @@ def preset_path(name: str) -> str:
         name: a preset name (`configuration/NAME.yaml`, `.yml` or `.json`) or the path of a preset file.
 
     Returns:
-        The path of the file; a `UsageError` listing the available presets if there is none. A renamed preset's
-        old name gives the new file, with a `FutureWarning`.
+        The path of the file; a `UsageError` listing the available presets if there is none.
     """
-    if name in RENAMED_PRESETS and not os.path.isfile(name):
-        warnings.warn(
-            f"--preset {name} is deprecated: it is called {RENAMED_PRESETS[name]} now (the old name goes in the "
-            "next release)",
-            FutureWarning,
-            stacklevel=2,
-        )
-        name = RENAMED_PRESETS[name]
     candidates = [name] + [os.path.join(CONFIGURATION_DIR, name + ext) for ext in (".yaml", ".yml", ".json")]
     for candidate in candidates:
         if os.path.isfile(candidate):
@@ -196,7 +181,7 @@ def variant_sections(name: str, task: str | None, preset: str | None) -> tuple[s
     applying = [sections.get("tasks", {}).get(task, {})] if task else []
     if preset:  # the section of the preset named, not of its `base` (whose values the preset may have changed)
         name = os.path.splitext(os.path.basename(preset))[0]
-        applying.append(sections.get("presets", {}).get(RENAMED_PRESETS.get(name, name), {}))
+        applying.append(sections.get("presets", {}).get(name, {}))
     return path, values, applying
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 from dataclasses import asdict
 
@@ -48,7 +49,30 @@ def run_record(data_args, model_args, run_args, training_args, preset: dict, con
         "processes": training_args.world_size,
         "precision": describe_precision(training_args),
         "example": example,
+        "ndr_version": _package_version(),
+        "commit": source_commit(),
     }
+
+
+def _package_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def source_commit(path: str | None = None) -> str | None:
+    """The git commit of the checkout that holds `path` (default: the running script), with `+changes` when its
+    tracked files differ from it; None outside a git checkout (a wheel run from elsewhere) or without git."""
+    folder = os.path.dirname(os.path.abspath(path or sys.argv[0] or "."))
+    try:
+        commit = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if commit.returncode != 0:
+            return None
+        changed = subprocess.run(["git", "-C", folder, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
 
 
 def training_record(train_metrics: dict, global_step: int) -> dict:

@@ -49,7 +49,7 @@ def resolve_sample_shares(items, tokenizer, train) -> list["SampleShare"]:
 def first_tokens_and_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
     """Each sample's first token id after [BOS] (-1 where it has fewer than two tokens) and its length in tokens,
     read from the `input_ids` column's Arrow buffers (ListOps' 1M rows in a second, where a Python list per row takes
-    most of a minute; `tests/test_trainer.py` checks it against the rows read one by one).
+    most of a minute; `tests/unit/test_trainer.py` checks it against the rows read one by one).
 
     Args:
         dataset: a `datasets.Dataset` with an `input_ids` column (a selection or shuffle of one included).
@@ -151,7 +151,7 @@ class BalancedSampler(torch.utils.data.Sampler):
         draws = torch.multinomial(self.weights, len(self.weights), replacement=True, generator=self.generator)
         if self.lengths is None:
             return None if skip else draws.tolist()
-        if skip:  # the generator's only use in get_length_grouped_indices (tests/test_preemption.py checks it)
+        if skip:  # the generator's only use in get_length_grouped_indices (tests/e2e/test_preemption.py checks it)
             torch.randperm(len(draws), generator=self.generator)
             return None
         draws = draws.tolist()

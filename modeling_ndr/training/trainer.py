@@ -1,6 +1,6 @@
 """The NDR's `Trainer`: `NDRTrainer` (AdamW decays every parameter, the best checkpoint is the latest with the best
-metric, training samples optionally drawn uniformly over depths), the depth-balanced samplers, the per-depth
-`compute_metrics` built on the package's `evaluate` metric, and `evaluate_splits`, the nested results that
+metric (`LatestBestOnTies`), training samples optionally drawn uniformly over depths), the depth-balanced samplers, the
+per-depth `compute_metrics` built on the package's `evaluate` metric, and `evaluate_splits`, the nested results that
 `eval_results.json` and the model card read.
 
 Use them in your own Trainer script:
@@ -15,8 +15,8 @@ Use them in your own Trainer script:
 import os
 
 import numpy as np
-from transformers import EvalPrediction, Trainer
-from transformers.trainer_utils import HubStrategy
+from transformers import EvalPrediction, Trainer, TrainerCallback
+from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress, hf_api
 
 from ..metrics import load_depth_accuracy  # noqa: F401  (this module's name since it was one)
@@ -93,6 +93,22 @@ def add_first_token_column(data):
     )
 
 
+class LatestBestOnTies(TrainerCallback):
+    """The best checkpoint is the *latest* one with the best metric, as in the paper (Trainer keeps the first).
+
+    Trainer calls `on_evaluate` with each evaluation's metrics before it compares them with `state.best_metric`; a
+    tie moves `state.best_global_step` here, and Trainer's comparison (strictly better only) leaves it there, so the
+    checkpoint saved next becomes `best_model_checkpoint`. (With `save_strategy="best"` Trainer saves only on a strict
+    improvement, so a tie there saves nothing and the first stays the best.)"""
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        key = args.metric_for_best_model or ""
+        key = key if key.startswith("eval_") else f"eval_{key}"
+        if state.best_metric is not None and metrics and metrics.get(key) == state.best_metric:
+            if args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH):
+                state.best_global_step = state.global_step
+
+
 class NDRTrainer(Trainer):
     """`Trainer` with the paper's two differences: AdamW decays *all* parameters (Trainer exempts biases and norms),
     and the best checkpoint is the *latest* one with the best metric (Trainer keeps the first). With
@@ -105,10 +121,11 @@ class NDRTrainer(Trainer):
     into its own folder, as Trainer does). Trainer creates the repository when it is built (`--hub_model_id`, else
     the output folder's name in your namespace; `--hub_token`, `--hub_private_repo`), so a bad token fails at once.
 
-    Four private Trainer methods are overridden (`_get_train_sampler`, `_determine_best_metric`,
-    `_push_from_checkpoint`, `_init_training_state`: a run resumed from its final checkpoint trains no step more);
-    tests/test_trainer.py pins their signatures and behaviour, so a transformers release that changes them fails
-    there.
+    Ties go to the latest checkpoint through a callback (`LatestBestOnTies`). Three private Trainer methods are
+    overridden, for want of a public hook (docs/contributing.md lists them and why): `_get_train_sampler`,
+    `_push_from_checkpoint` and `_init_training_state` (a run resumed from its final checkpoint trains no step more);
+    tests/unit/test_trainer.py pins their signatures and behaviour, so a transformers release that
+    changes them fails there.
 
     Args:
         balance_depths: draw training samples uniformly over the `depth` column (see `balanced_sampler`).
@@ -123,6 +140,7 @@ class NDRTrainer(Trainer):
         self, *args, balance_depths: bool = False, balance_operators: bool = False, sample_shares=(), **kwargs
     ):
         super().__init__(*args, **kwargs)
+        self.add_callback(LatestBestOnTies())
         self.balance_depths, self.balance_operators = balance_depths, balance_operators
         self.sample_shares = list(sample_shares)
 
@@ -151,15 +169,6 @@ class NDRTrainer(Trainer):
 
     def get_decay_parameter_names(self, model) -> list[str]:
         return [name for name, _ in model.named_parameters()]
-
-    def _determine_best_metric(self, metrics, trial):
-        # a tie with the best so far moves the best checkpoint to this one (the paper keeps the latest)
-        key = self.args.metric_for_best_model or ""
-        key = key if key.startswith("eval_") else f"eval_{key}"
-        if self.state.best_metric is not None and metrics.get(key) == self.state.best_metric:
-            self.state.best_global_step = self.state.global_step
-            return True
-        return super()._determine_best_metric(metrics, trial)
 
     # ---- the Hub: the export folder once, checkpoints only when hub_strategy asks for them
 

@@ -3,7 +3,7 @@
 FakeTensorMode runs "cuda" tensors without a GPU, but a CPU-only build of PyTorch stops at indexing and backward
 without a CUDA device guard and CUDA hooks. PyTorch looks its hooks up once, while it is imported, so this module must
 run before `import torch`: as a pytest plugin, `python -m pytest -p preload tests/fake_cuda` (with this folder on
-`PYTHONPATH`), which is what tests/test_simulated_cuda.py starts. It builds the library with
+`PYTHONPATH`), which is what tests/e2e/test_simulated_cuda.py starts. It builds the library with
 `torch.utils.cpp_extension` in a throwaway process (about 2 s the first time, then cached in
 `~/.cache/torch_extensions`; that process has torch imported, and the library is loaded into it too), then loads it
 here. With a CUDA build of PyTorch it does nothing: its own guard and hooks serve fake CUDA tensors. Linux only."""

@@ -8,7 +8,7 @@ error that names the line, unless the test allows it at that place and says what
 waits for every queued kernel: in a training step it stalls the GPU once per read.)
 
 The process must know a CUDA device before torch is imported (`fake_cuda_preload.py`; a CUDA build of torch knows
-one anyway): tests/test_simulated_cuda.py starts such a process. What is and is not simulated: docs/clusters.md.
+one anyway): tests/e2e/test_simulated_cuda.py starts such a process. What is and is not simulated: docs/clusters.md.
 """
 
 import sys
@@ -27,8 +27,9 @@ from modeling_ndr import NDRConfig, NDRForSequenceClassification
 
 if not (torch.backends.cuda.is_built() or "fake_cuda_preload" in sys.modules):  # indexing would abort the process
     raise RuntimeError(
-        "tests/fake_cuda needs torch to know a CUDA device from its import on; run it as tests/test_simulated_cuda.py "
-        "does: PYTHONPATH=tests/fake_cuda python -m pytest -p fake_cuda_preload tests/fake_cuda"
+        "tests/fake_cuda needs torch to know a CUDA device from its import on; run it as "
+        "tests/e2e/test_simulated_cuda.py does: PYTHONPATH=tests/fake_cuda python -m pytest -p fake_cuda_preload "
+        "tests/fake_cuda"
     )
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = sorted(path.stem for path in (REPO / "configuration" / "variants").glob("*.yaml"))

@@ -6,7 +6,7 @@ same model trained from scratch for the same steps, then the same fine-tuning in
 
 1. `lookup_task.py --extend_demo --new_functions 3` writes the new task as jsonl: the demo's nine functions a-i and
    three new ones, j, k, l, with fresh tables, composed freely (train depths 1-5, ood_valid 6-8, ood_test 9-10).
-2. `evaluate_model.py DEMO --file ...`: the demo model as it is (it reads j, k, l as [UNK]).
+2. `evaluate_model.py DEMO --file ... --unknown_words unk`: the demo model as it is (it reads j, k, l as [UNK]).
 3. `train.py --model_name_or_path DEMO --train_file ...`: fine-tune (j, k, l are added to the tokenizer).
 4. `train.py --train_file ...`: the same size from scratch for the same steps, a new tokenizer from the texts.
 5. `finetune_with_trainer.py`: the README's plain-Python snippet (fine-tuning with Trainer alone).
@@ -78,7 +78,8 @@ def main():
     }
     evaluate_model = os.path.join(os.path.dirname(HERE), "evaluate_model.py")
     baseline_json = os.path.join(args.output_dir, "demo_model_results.json")
-    command = [python, evaluate_model, args.demo_model, "--depth_column", "depth", "--output_json", baseline_json]
+    command = [python, evaluate_model, args.demo_model, "--depth_column", "depth", "--output_json", baseline_json,
+               "--unknown_words", "unk"]  # fmt: skip
     times[baseline] = run(command + [arg for file in files for arg in ("--file", file)])
     times["fine-tuned from the demo model"] = run(
         [python, TRAIN, *common, "--model_name_or_path", args.demo_model, "--learning_rate", "3e-4",

@@ -82,7 +82,9 @@ def load(name: str):
     per_token = "NDRForTokenClassification" in (config.architectures or [])
     auto_class = AutoModelForTokenClassification if per_token else AutoModelForSequenceClassification
     model = auto_class.from_pretrained(source, config=config).eval()
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    # the explorer shows what the model does with any text: a word it never saw reads as [UNK], with a warning on the
+    # page (`page`), where the tokenizer alone would refuse the text
+    tokenizer = AutoTokenizer.from_pretrained(source, unknown_words="unk")
     return model, tokenizer, read_run_config(source)["task"]
 
 
