@@ -221,16 +221,16 @@ class NDRModelOutput(ModelOutput):
     num_steps_taken: torch.LongTensor | None = None
 
 
-@dataclass
-class NDRSequenceClassifierOutput(ModelOutput):
-    r"""
-    Outputs of [`NDRForSequenceClassification`].
+# The two heads return the same fields; only the head's name and the shape of `logits` differ. transformers'
+# `auto_docstring` reads each output class's own `Args:` section, so each gets the text, filled in for its head.
+_CLASSIFIER_OUTPUT_DOC = r"""
+    Outputs of [`{head}`].
 
     Args:
         loss (`torch.FloatTensor` of shape `(1,)`, *optional*, returned when `labels` are given):
-            The loss of `config.problem_type`; with ACT it includes `act_ponder_weight` times the mean ponder cost.
-        logits (`torch.FloatTensor` of shape `(batch, num_labels)`):
-            The classifier's scores of the readout column (before the softmax).
+            {loss}; with ACT it includes `act_ponder_weight` times the mean ponder cost.
+        logits (`torch.FloatTensor` of shape `{shape}`):
+            The classifier's scores of {columns} (before the softmax).
         hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
             As in [`NDRModelOutput`].
         attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
@@ -245,6 +245,14 @@ class NDRSequenceClassifierOutput(ModelOutput):
             As in [`NDRModelOutput`].
     """
 
+
+@dataclass
+class NDRClassifierOutput(ModelOutput):
+    __doc__ = _CLASSIFIER_OUTPUT_DOC.format(
+        head="NDRForSequenceClassification`] and [`NDRForTokenClassification", loss="The loss of the head",
+        shape="(batch, num_labels)` or `(batch, seq, num_labels)", columns="the readout column or of every column",
+    )  # fmt: skip
+
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
@@ -253,6 +261,22 @@ class NDRSequenceClassifierOutput(ModelOutput):
     ponder_cost: torch.FloatTensor | None = None
     halting_steps: torch.LongTensor | None = None
     num_steps_taken: torch.LongTensor | None = None
+
+
+@dataclass
+class NDRSequenceClassifierOutput(NDRClassifierOutput):
+    __doc__ = _CLASSIFIER_OUTPUT_DOC.format(
+        head="NDRForSequenceClassification", loss="The loss of `config.problem_type`", shape="(batch, num_labels)",
+        columns="the readout column",
+    )  # fmt: skip
+
+
+@dataclass
+class NDRTokenClassifierOutput(NDRClassifierOutput):
+    __doc__ = _CLASSIFIER_OUTPUT_DOC.format(
+        head="NDRForTokenClassification", loss="The cross-entropy over the labelled tokens (label -100: not scored)",
+        shape="(batch, seq, num_labels)", columns="every column",
+    )  # fmt: skip
 
 
 class NDRPreTrainedModel(PreTrainedModel):
@@ -775,41 +799,6 @@ class NDRModel(NDRPreTrainedModel):
                 if not running.any():
                     break
         return NDRModelOutput(last_hidden_state=hidden_states, num_steps_taken=steps_taken)
-
-
-@dataclass
-class NDRTokenClassifierOutput(ModelOutput):
-    r"""
-    Outputs of [`NDRForTokenClassification`].
-
-    Args:
-        loss (`torch.FloatTensor` of shape `(1,)`, *optional*, returned when `labels` are given):
-            The cross-entropy over the labelled tokens (label -100: not scored); with ACT it includes
-            `act_ponder_weight` times the mean ponder cost.
-        logits (`torch.FloatTensor` of shape `(batch, seq, num_labels)`):
-            The classifier's scores of every column (before the softmax).
-        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-            As in [`NDRModelOutput`].
-        attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-            As in [`NDRModelOutput`].
-        gates (`tuple(torch.FloatTensor)`, *optional*, returned with `output_gates=True`):
-            As in [`NDRModelOutput`].
-        ponder_cost (`torch.FloatTensor` of shape `(batch,)`, *optional*, with `halting="act"`):
-            As in [`NDRModelOutput`].
-        halting_steps (`torch.LongTensor` of shape `(batch, seq)`, *optional*, with `halting="act"`):
-            As in [`NDRModelOutput`].
-        num_steps_taken (`torch.LongTensor` of shape `(batch,)`, *optional*, with adaptive steps):
-            As in [`NDRModelOutput`].
-    """
-
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    gates: tuple[torch.FloatTensor, ...] | None = None
-    ponder_cost: torch.FloatTensor | None = None
-    halting_steps: torch.LongTensor | None = None
-    num_steps_taken: torch.LongTensor | None = None
 
 
 def readout_positions(attention_mask: torch.Tensor, readout: str) -> torch.LongTensor:
