@@ -29,12 +29,14 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# the CPU build of torch: its wheel index first (pip's default index gives Linux the CUDA build, gigabytes), the
 	@# default index where that cannot be reached; then say which build came and how
-	@if $(BIN)/python -m pip install --quiet --timeout 30 --retries 1 --index-url $(TORCH_CPU_INDEX) $(TORCH_CPU); then \
-	    how="installed by: pip install --index-url $(TORCH_CPU_INDEX) $(TORCH_CPU)"; \
+	@# (torch alone from that index; its dependencies, as everything else, from pip's own index)
+	@if $(BIN)/python -m pip install --quiet --no-deps --timeout 30 --retries 1 --index-url $(TORCH_CPU_INDEX) \
+	        $(TORCH_CPU); then \
+	    how="installed by: pip install --no-deps --index-url $(TORCH_CPU_INDEX) $(TORCH_CPU)"; \
 	else \
-	    $(BIN)/python -m pip install --quiet $(TORCH_CPU) || exit 1; \
 	    how="installed by: pip install $(TORCH_CPU), as $(TORCH_CPU_INDEX) could not be reached"; \
 	fi; \
+	$(BIN)/python -m pip install --quiet $(TORCH_CPU) || exit 1; \
 	$(BIN)/python -c "import sys, torch; build = 'the CPU build' if torch.version.cuda is None else \
 	    'a CUDA ' + torch.version.cuda + ' build'; print('make setup: torch', torch.__version__, '-', build, '(' + sys.argv[1] + ')')" "$$how"
 	$(BIN)/python -m pip install --quiet -e ".[test,train]"

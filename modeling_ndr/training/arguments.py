@@ -70,13 +70,9 @@ class DataArguments:
     )
     unknown_words: str = field(
         default="error",
-        metadata={
-            "help": "What a word of your evaluation data that the tokenizer lacks (one the training data never "
-            "showed) does: error (the run stops before training, naming the words) or unk (it is read as [UNK], "
-            "and the run logs how many there are).",
-            "choices": ["error", "unk"],
-        },
-    )
+        metadata={"choices": ["error", "unk"], "help": "Evaluation words the training data never shows: error (stop "
+                  "before training, naming them) or unk (read them as [UNK])."},
+    )  # fmt: skip
     dataset_name: str | None = field(
         default=None,
         metadata={
@@ -182,42 +178,27 @@ class RunArguments:
         },
     )
     precision: str | None = field(
-        default=None,
-        metadata={
-            "help": "auto (bf16 autocast and TF32 on a GPU that has bf16, else fp32), bf16, fp16 or fp32; --bf16 and "
-            "--fp16 on the command line win."
-        },
-    )
+        default=None, metadata={"help": "auto (bf16 autocast and TF32 on a GPU that has bf16, else fp32), bf16, fp16 "
+                                "or fp32; --bf16 and --fp16 on the command line win."},
+    )  # fmt: skip
     max_wall_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "Stop with a checkpoint at the first step this many minutes after the start, and exit with "
-            "status 75 (resume with --resume_from_checkpoint auto). SIGTERM and SIGUSR1 do the same at any time."
-        },
-    )
+        default=None, metadata={"help": "Stop with a checkpoint at the first step this many minutes after the start, "
+        "and exit with status 75 (resume with --resume_from_checkpoint auto). SIGTERM and SIGUSR1 do the same."},
+    )  # fmt: skip
     max_chunk_steps: int | None = field(
         default=None,
         metadata={"help": "Stop with a checkpoint (exit status 75) after this many optimizer steps in this process."},
     )
     stop_at_accuracy: str | None = field(
-        default=None,
-        metadata={
-            "help": "SPLIT=ACCURACY (e.g. iid_test=0.95): end training at the first evaluation where SPLIT's "
-            "accuracy reaches ACCURACY, with a checkpoint of that step; the run then finishes as usual (evaluation, "
-            "export, exit 0)."
-        },
-    )
+        default=None, metadata={"help": "SPLIT=ACCURACY (e.g. iid_test=0.95): end training at the first evaluation "
+        "where SPLIT's accuracy reaches ACCURACY, with a checkpoint; the run then finishes as usual (exit 0)."},
+    )  # fmt: skip
     export_dir: str | None = field(
         default=None, metadata={"help": "Hub-ready export folder (default: output_dir/export)."}
     )
     ema_decay: float | None = field(
-        default=None,
-        metadata={
-            "help": "Also keep an exponential moving average of the weights with this decay (e.g. 0.999), saved into "
-            "every checkpoint as checkpoint-N/ema/, a model folder of its own (training and selection use the "
-            "weights themselves)."
-        },
-    )
+        default=None, metadata={"help": "Also keep an average of the weights (decay 0.999, say) in checkpoint-N/ema/."}
+    )  # fmt: skip
     ponder_warmup_loss: float | None = field(
         default=None,
         metadata={

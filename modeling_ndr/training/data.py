@@ -434,9 +434,8 @@ def cache_files(*splits: datasets.DatasetDict) -> list[str]:
 
 
 def warn_unknown_words(data: datasets.DatasetDict, tokenizer, unknown_words: str = "unk") -> None:
-    """Evaluation words that training never showed: with `unknown_words="error"` (`--unknown_words`, the default of
-    train.py) a `UsageError` naming the split and the words; with `"unk"` a logged warning (they read as [UNK], and
-    accuracy will suffer; encode such data inside `tokenizer.reading_unknown_words()`)."""
+    """Evaluation words that training never showed: `unknown_words="error"` (train.py's default) raises a `UsageError`
+    naming the split and the words; `"unk"` logs them (encode such data in `tokenizer.reading_unknown_words()`)."""
     vocabulary = tokenizer.get_vocab()
     for split, dataset in data.items():
         unknown = sorted({word for text in dataset["text"] for word in text.split()} - set(vocabulary))
