@@ -47,7 +47,7 @@ DEMO_PRESET ?= ctl_cpu
 
 # gloo data parallelism on the CPU: `accelerate launch --cpu` starts one process, so --multi_gpu with
 # ACCELERATE_USE_CPU and --use_cpu (without them each process silently trains alone; docs/training.md)
-demo: $(STAMP) ## train NDR on CTL on this CPU (2 processes, 10-15 min), print ood_test, export a hub-ready model
+demo: $(STAMP) ## train NDR on CTL on this CPU (2 processes, 6-15 min), print ood_test, export a hub-ready model
 	ACCELERATE_USE_CPU=true OMP_NUM_THREADS=1 $(BIN)/accelerate launch --multi_gpu --num_processes $(NPROC) \
 	    --num_machines 1 --mixed_precision no --dynamo_backend no \
 	    training/train.py --preset $(DEMO_PRESET) --direction $(DEMO_DIRECTION) --use_cpu --ddp_find_unused_parameters false \

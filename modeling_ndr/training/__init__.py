@@ -29,6 +29,7 @@ Modules, in the order `train.py` uses them:
   or adaptive steps (`evaluate_model.py`, `compare.py`, the export's adaptive-steps study and the benchmarks use it)
 - `adaptive`: for a CTL export, the adaptive-steps threshold chosen on `ood_valid`, and fixed against adaptive steps
   per split and depth (on the task's splits and on deeper compositions)
+- `weight_average`: `WeightAverage`, an EMA of the weights saved into every checkpoint (`--ema_decay`)
 - `schedules`: `PonderWeightSchedule`, ACT's ponder weight warmed up once the task starts to be learned
   (`--ponder_warmup_loss`, `--ponder_warmup_steps`)
 - `stopping`: `StopAtAccuracy`, training ended at the first evaluation where a split reaches an accuracy
