@@ -57,16 +57,11 @@ class NDRTokenizerFast(PreTrainedTokenizerFast):
     @property
     def unknown_words(self) -> str:
         """`"error"` (the default) or `"unk"`: what calling the tokenizer does with a word outside the vocabulary."""
-        value = self.init_kwargs.get("unknown_words") or "error"
-        if value not in UNKNOWN_WORDS_CHOICES:
-            raise ValueError(f"unknown_words={value!r}: expected one of {UNKNOWN_WORDS_CHOICES}")
-        return value
+        return _checked_unknown_words(self.init_kwargs.get("unknown_words") or "error")
 
     @unknown_words.setter
     def unknown_words(self, value: str):
-        if value not in UNKNOWN_WORDS_CHOICES:
-            raise ValueError(f"unknown_words={value!r}: expected one of {UNKNOWN_WORDS_CHOICES}")
-        self.init_kwargs["unknown_words"] = value
+        self.init_kwargs["unknown_words"] = _checked_unknown_words(value)
 
     @contextlib.contextmanager
     def reading_unknown_words(self):
@@ -135,6 +130,12 @@ class NDRTokenizerFast(PreTrainedTokenizerFast):
             f.write(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         shutil.copyfile(os.path.abspath(__file__), os.path.join(save_directory, "tokenization_ndr.py"))
         return files
+
+
+def _checked_unknown_words(value: str) -> str:
+    if value not in UNKNOWN_WORDS_CHOICES:
+        raise ValueError(f"unknown_words={value!r}: expected one of {UNKNOWN_WORDS_CHOICES}")
+    return value
 
 
 def _holds(input_ids, token_id: int | None) -> bool:

@@ -231,8 +231,8 @@ def load_model(args):
         auto = AutoModelForTokenClassification if per_token else AutoModelForSequenceClassification
         model = auto.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-        if args.unknown_words == "unk":
-            tokenizer.init_kwargs["unknown_words"] = "unk"  # NDRTokenizerFast reads them as [UNK] (others always do)
+        if args.unknown_words == "unk" and hasattr(type(tokenizer), "unknown_words"):
+            tokenizer.unknown_words = "unk"  # NDRTokenizerFast reads them as [UNK] (others always do)
     except (OSError, ValueError) as error:
         raise UsageError(f"{args.model}: cannot load the model and its tokenizer ({first_line(error)})") from None
     return model.eval(), tokenizer

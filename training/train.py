@@ -201,9 +201,10 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     stop_at_accuracy = []  # --stop_at_accuracy SPLIT=ACCURACY: training ends at the first evaluation reaching it
     if run_args.stop_at_accuracy:
         stop_at_accuracy = [StopAtAccuracy(*parse_stop_at_accuracy(run_args.stop_at_accuracy, list(eval_splits)))]
-    if run_args.ema_decay is not None and not 0 < run_args.ema_decay < 1:
-        raise UsageError(f"--ema_decay {run_args.ema_decay}: expected a decay between 0 and 1 (e.g. 0.999)")
-    weight_average = [WeightAverage(run_args.ema_decay, resume)] if run_args.ema_decay is not None else []
+    try:  # WeightAverage checks the decay: its ValueError is the one-line error, before any data is made
+        weight_average = [WeightAverage(run_args.ema_decay, resume)] if run_args.ema_decay is not None else []
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
     # ---- the model: new, or a checkpoint adapted to the data's words and labels
     set_seed(training_args.seed)

@@ -436,15 +436,12 @@ def cache_files(*splits: datasets.DatasetDict) -> list[str]:
 def warn_unknown_words(data: datasets.DatasetDict, tokenizer, unknown_words: str = "unk") -> None:
     """Evaluation words that training never showed: `unknown_words="error"` (train.py's default) raises a `UsageError`
     naming the split and the words; `"unk"` logs them (encode such data in `tokenizer.reading_unknown_words()`)."""
-    vocabulary = tokenizer.get_vocab()
+    vocabulary = set(tokenizer.get_vocab())  # NDRTokenizerFast splits words as the model reads them (punctuation too)
+    find = getattr(tokenizer, "unknown_words_in", lambda texts: {w for t in texts for w in t.split()} - vocabulary)
     for split, dataset in data.items():
-        unknown = sorted({word for text in dataset["text"] for word in text.split()} - set(vocabulary))
-        if unknown and unknown_words == "error":
-            raise UsageError(
-                f"{split}: {len(unknown)} words are not in the model's tokenizer: {unknown[:10]}; --unknown_words unk "
-                "reads them as [UNK]"
-            )
+        if (unknown := sorted(find(dataset["text"]))) and unknown_words == "error":
+            raise UsageError(f"{split}: {len(unknown)} words are not in the model's tokenizer: {unknown[:10]}; "
+                             "--unknown_words unk reads them as [UNK]")  # fmt: skip
         if unknown:
-            logger.warning(
-                "%s: %d words are not in the tokenizer and read as [UNK]: %s", split, len(unknown), unknown[:10]
-            )
+            logger.warning("%s: %d words are not in the tokenizer and read as [UNK]: %s", split, len(unknown),
+                           unknown[:10])  # fmt: skip

@@ -162,3 +162,18 @@ def test_unknown_words_are_found_in_every_output_form_and_the_word_unk_itself_is
         with pytest.raises(UnknownWordsError, match="'-'"):
             tokenizer(["( 1 + 2 )", "( 1 - 2 )"], **kwargs)
     assert tokenizer("( 1 + [UNK] )")["input_ids"][4] == UNK_TOKEN_ID, "the vocabulary's own [UNK] is a known word"
+
+
+def test_unknown_words_are_the_words_as_the_tokenizer_splits_them():
+    """A converted official model's tokenizer splits at punctuation: `(3+4)` is five known words, not one unknown."""
+    import datasets
+
+    from modeling_ndr.tokenization_ndr import word_level_tokenizer
+    from modeling_ndr.training import UsageError, warn_unknown_words
+
+    vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[BOS]", "[EOS]", "(", ")", "+", "3", "4"])}
+    tokenizer = word_level_tokenizer(vocab, split_punctuation=True)
+    assert tokenizer.unknown_words_in(["(3+4)", "(3*4)"]) == ["*"]
+    data = datasets.DatasetDict({"test": datasets.Dataset.from_dict({"text": ["(3+4)", "(3*4)"]})})
+    with pytest.raises(UsageError, match=r"test: 1 words are not in the model's tokenizer: \['\*'\]"):
+        warn_unknown_words(data, tokenizer, "error")
