@@ -108,12 +108,15 @@ compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same 
 	OMP_NUM_THREADS=1 $(BIN)/python training/compare_tokens.py --task $(TOKEN_TASK) --variants $(TOKEN_VARIANTS) \
 	    --results_dir docs/results $(if $(MINUTES),--minutes $(MINUTES)) -- $(TOKEN_ARGS)
 
-# what CI runs (.ci/run): the linter, then the test suite
+# what CI runs (.ci/run): the linter, then the test suite, in TEST_WORKERS processes (pytest-xdist; a test file runs
+# whole in one of them, its fixtures shared as when run alone); TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= 2
+PYTEST_WORKERS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: lint ## the linter, then the test suite (what CI runs), naming its 20 slowest tests
-	$(BIN)/python -m pytest -q --durations=20
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) --durations=20
 
 test-fast: lint ## the linter and the unit tier only (tests/unit: no training runs, a few minutes)
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) tests/unit
 
 lint: $(STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff check .

@@ -89,7 +89,7 @@ def _load_by_path(name: str, path: str):
     return module
 
 
-processes = _load_by_path("ndr_processes", os.path.join(REPO, "modeling_ndr", "training", "processes.py"))
+processes = _load_by_path("ndr_processes", os.path.join(REPO, "training", "processes.py"))
 RELEASES_DIR = os.path.join(REPO, "hub_cards", "models")
 # the steps in their order; `data` runs beside the steps after it (BACKGROUND), until the release (which reads it) or
 # the end of the session
@@ -283,9 +283,8 @@ def child_environment(site: str, dry_run: bool) -> dict:
     paths = [site, REPO] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")  # fmt: skip
-    # the CUDA tests' CPU side on the PyTorch path: building the fused CPU kernel there would take a minute of the
-    # GPU's time (a GPU never runs it; the CPU suite checks that it computes what the PyTorch path does)
-    env.setdefault("NDR_GEOMETRIC_KERNEL", "torch")
+    # (the CUDA tests' CPU side takes the PyTorch path without building the fused CPU kernel: tests/conftest.py's
+    # `leaves_the_cpu_kernel_unbuilt`)
     if dry_run:
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env

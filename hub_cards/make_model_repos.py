@@ -389,8 +389,10 @@ def _copy_release(name: str, run: str, org: str, models_dir: str | None = None, 
 def _released_files(name, source, target, org, max_bytes, eval_results=None, run_config=None) -> int:
     """Export `source` (a run or a checkpoint) with the card of `org/name` and copy the released files into `target`;
     returns their size (a `SystemExit` over `max_bytes`)."""
+    from adaptive_study import export_study  # a module of the training scripts (release_line puts them on sys.path)
+
     with tempfile.TemporaryDirectory() as staging:
-        export_model(source, staging, eval_results=eval_results, run_config=run_config, repo_id=f"{org}/{name}")
+        export_model(source, staging, eval_results, run_config, f"{org}/{name}", study=export_study)
         for file in RELEASED_FILES:
             if os.path.isfile(os.path.join(staging, file)):
                 shutil.copy2(os.path.join(staging, file), target)

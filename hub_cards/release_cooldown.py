@@ -45,6 +45,7 @@ from release_line import (
     clear_work_dir,
     release_lock,
     resume_in,
+    run_process,
     staged_checkpoint,
     trained_checkpoint,
     write_last_checkpoint,
@@ -54,7 +55,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from modeling_ndr.training.atomic import clean_leftovers, temporary_sibling
 from modeling_ndr.training.errors import UsageError, first_line
-from modeling_ndr.training.processes import run_process
 from modeling_ndr.training.records import evaluation_history, read_json
 
 

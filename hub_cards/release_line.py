@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import zipfile
 import zlib
@@ -73,8 +74,12 @@ from modeling_ndr.training.checkpoints import checkpoint_problem, latest_complet
 from modeling_ndr.training.errors import UsageError, first_line
 from modeling_ndr.training.locking import OutputDirLock, lock_output_dir
 from modeling_ndr.training.preemption import EXIT_STOPPED, read_stopped
-from modeling_ndr.training.processes import run_process
 from modeling_ndr.training.records import read_json
+
+
+# the child-process runner is a module of the training scripts (training/processes.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "training"))
+from processes import run_process  # noqa: E402
 
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,13 @@ from torch.nn import functional as F
 
 from .configuration_ndr import NDRConfig
 from .dropout_ndr import NDRDropout
-from .geometric_ndr import cached_per_length, direction_logits, geometric_attention_weights, triton_kernel_device_type
+from .geometric_ndr import (
+    attention_kernel,
+    cached_per_length,
+    direction_logits,
+    geometric_attention_weights,
+    triton_kernel_device_type,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -117,11 +123,11 @@ class NDRAttentionBase(nn.Module):
         self.attention_type = config.attention_type
         self.position_encoding = config.position_encoding
         self.normalize = config.normalize_attention
-        self.geometric_kernel = config.geometric_attention_kernel
-        wants_triton = self.geometric_kernel == "triton" and config.attention_type == "geometric"
-        if wants_triton and not triton_kernel_device_type():
+        self.config = config  # its `_attn_implementation` (transformers' switch) chooses the kernel at each forward
+        kernel = attention_kernel(config._attn_implementation)
+        if kernel == "triton" and config.attention_type == "geometric" and not triton_kernel_device_type():
             logger.warning(
-                'geometric_attention_kernel="triton" but triton is not installed (pip install "ndr[triton]"): '
+                'attn_implementation="ndr_triton" but triton is not installed (pip install "ndr[triton]"): '
                 "the PyTorch path computes the same weights."
             )
         self.key_dropout = NDRDropout(config.attention_dropout)
@@ -237,7 +243,7 @@ class NDRAttentionBase(nn.Module):
                 left, right = left + self.logit_bias, right + self.logit_bias
         return attention(
             query, key, value, attention_mask, self.attention_type, left, right, position_logits,
-            normalize=self.normalize, kernel=self.geometric_kernel,
+            normalize=self.normalize, kernel=attention_kernel(self.config._attn_implementation),
         )  # fmt: skip
 
 

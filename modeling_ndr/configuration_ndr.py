@@ -20,7 +20,6 @@ ATTENTION_SCORES = ("dot", "metric")  # q.k, or p_i M p_j with one projection pe
 METRIC_TENSORS = ("symmetric", "psd", "diagonal")  # how M is parametrised
 HALTINGS = ("none", "act")
 # What computes geometric attention on a GPU: the PyTorch path, or the fused Triton kernel (the `triton` extra)
-GEOMETRIC_ATTENTION_KERNELS = ("auto", "triton")
 READOUTS = ("first", "last")
 # How the weights start: the NDR release's init, or that of the paper's official code (RobertCsordas/ndr), per variant.
 INIT_STYLES = ("ndr", "official")
@@ -50,6 +49,10 @@ class NDRConfig(PreTrainedConfig):
     Every field is checked when it is set (also after construction and by `from_pretrained(..., field=value)`), and
     all fields together by `validate()`, which runs when a model is built and when the config is saved; a bad value
     raises a `ValueError` that names the field. numpy and 0-d torch scalars are accepted and stored as Python numbers.
+
+    What computes the attention is not a field: it is chosen when a model is made or loaded, with transformers'
+    `attn_implementation` (`"eager"`, the default: the fused CPU kernel where it builds; `"ndr_torch"`: PyTorch
+    operations; `"ndr_triton"`: the Triton kernels on a GPU), and the weights do not depend on it.
 
     Args:
         vocab_size (`int`, *optional*, defaults to 16):
@@ -107,12 +110,6 @@ class NDRConfig(PreTrainedConfig):
             `"diagonal"`; initialised to the identity.
         normalize_attention (`bool`, *optional*, defaults to `False`):
             L1-normalise each row of the geometric attention (only the "+geom. att." baseline does this).
-        geometric_attention_kernel (`str`, *optional*, defaults to `"auto"`):
-            What computes the geometric attention weights; the same weights either way, up to float32 rounding.
-            `"auto"`: the fused C++ kernel for CPU tensors (where it builds), the PyTorch path on a GPU. `"triton"`:
-            the fused Triton kernel (forward and backward) for CUDA tensors, which needs `pip install "ndr[triton]"`
-            (without triton, or on the CPU, the `"auto"` choice applies). Not measured on a GPU yet, so not the
-            default.
         halting (`str`, *optional*, defaults to `"none"`):
             `"act"`: Adaptive Computation Time halting per column (Universal Transformer): each column stops when its
             cumulative halting probability passes `act_threshold`, and its output is the probability-weighted mix of
@@ -197,7 +194,6 @@ class NDRConfig(PreTrainedConfig):
         attention_scores="dot",
         metric_tensor="symmetric",
         normalize_attention=False,
-        geometric_attention_kernel="auto",
         halting="none",
         act_threshold=0.99,
         act_ponder_weight=0.01,
@@ -239,7 +235,6 @@ class NDRConfig(PreTrainedConfig):
         self.attention_scores = attention_scores
         self.metric_tensor = metric_tensor
         self.normalize_attention = normalize_attention
-        self.geometric_attention_kernel = geometric_attention_kernel
         self.halting = halting
         self.act_threshold = act_threshold
         self.act_ponder_weight = act_ponder_weight
@@ -360,7 +355,6 @@ FIELD_RULES = {
     "attention_scores": _one_of(ATTENTION_SCORES),
     "metric_tensor": _one_of(METRIC_TENSORS),
     "normalize_attention": _flag,
-    "geometric_attention_kernel": _one_of(GEOMETRIC_ATTENTION_KERNELS),
     "halting": _one_of(HALTINGS),
     "act_threshold": _number(0.0, 1.0, open_low=True),
     "act_ponder_weight": _number(0.0),

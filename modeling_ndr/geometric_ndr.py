@@ -18,13 +18,13 @@ Three implementations compute the same numbers:
   query row, the scan done as a running product in scan order, and a hand-written backward that keeps only the weights
   and the logits. It is used for CPU tensors when it builds (a C++ compiler with OpenMP is needed; otherwise, with a
   warning, the PyTorch path is used). A `trust_remote_code` copy of this file has no `.cpp` next to it (only `.py`
-  files are copied) and uses the PyTorch path. `NDR_GEOMETRIC_KERNEL=torch` turns the kernel off,
-  `NDR_GEOMETRIC_KERNEL=cpu` makes a missing or failed build an error.
+  files are copied) and uses the PyTorch path. `kernel="torch"` turns the kernel off, `kernel="cpu"` makes a missing
+  or failed build an error.
 * fused Triton kernels for CUDA tensors (`geometric_ndr_triton`, forward and backward, float32 inside; they read
-  bfloat16 logits as they are), used where `kernel="triton"` is asked for (the config field
-  `geometric_attention_kernel`) and triton is installed; the PyTorch path stays the GPU default until a GPU
-  measurement says otherwise. Under `TRITON_INTERPRET=1` they run on CPU tensors in Triton's interpreter (slowly:
-  that is how they are tested without a GPU).
+  bfloat16 logits as they are), used where `kernel="triton"` is asked for (a model: `attn_implementation=
+  "ndr_triton"`) and triton is installed; the PyTorch path stays the GPU default until a GPU measurement says
+  otherwise. Under `TRITON_INTERPRET=1` they run on CPU tensors in Triton's interpreter (slowly: that is how they are
+  tested without a GPU).
 
 Both flush weights below the smallest normal float to 0: denormal numbers make the matrix products that follow
 (weights @ values and its backward) many times slower, and change nothing above 1e-38.
@@ -158,12 +158,21 @@ _kernel_lock = threading.Lock()
 _kernel_state: dict = {}
 
 
-def kernel_mode() -> str:
-    """`NDR_GEOMETRIC_KERNEL`: `auto` (default: the CPU kernel if it builds), `cpu` (it must build) or `torch`."""
-    mode = os.environ.get("NDR_GEOMETRIC_KERNEL", "auto").lower()
-    if mode not in ("auto", "cpu", "torch"):
-        raise ValueError(f"NDR_GEOMETRIC_KERNEL={mode!r} is invalid: expected auto, cpu or torch.")
-    return mode
+# What `geometric_attention_weights(..., kernel=...)` accepts; a model chooses among them with transformers'
+# `attn_implementation`, once, when it is made or loaded (never saved in `config.json`; no weight depends on it):
+# "eager", transformers' default, is the NDR's own code (the fused CPU kernel on CPU tensors where it builds, PyTorch
+# operations elsewhere); the NDR's two others are registered with transformers' `AttentionInterface` (modeling_ndr.py)
+# so that `from_pretrained(..., attn_implementation="ndr_triton")` and `set_attn_implementation` accept them.
+KERNELS = ("auto", "cpu", "torch", "triton")
+ATTENTION_KERNELS = {"eager": "auto", "ndr_torch": "torch", "ndr_triton": "triton"}
+
+
+def attention_kernel(implementation: str | None) -> str:
+    """The `kernel` a model's `config._attn_implementation` asks for (None: `"eager"`)."""
+    if (implementation or "eager") not in ATTENTION_KERNELS:
+        expected = ", ".join(map(repr, ATTENTION_KERNELS))
+        raise ValueError(f'attn_implementation="{implementation}" is not one the NDR has: expected one of {expected}')
+    return ATTENTION_KERNELS[implementation or "eager"]
 
 
 # Next to this file in the package; a `trust_remote_code` copy holds only the .py files, so it has none.
@@ -214,57 +223,63 @@ def _build_lock(folder: str):
         yield
 
 
-def load_cpu_kernel():
+def load_cpu_kernel(required: bool = False):
     """The compiled CPU kernel module, building it on first use (cached in `kernel_build_directory`), or
-    `None` if it cannot be built here (no C++ compiler, no OpenMP, or no `geometric_ndr_cpu.cpp` next to this file)."""
+    `None` if it cannot be built here (no C++ compiler, no OpenMP, or no `geometric_ndr_cpu.cpp` next to this file);
+    with `required`, a `RuntimeError` saying why instead of None."""
     with _kernel_lock:
-        if "module" in _kernel_state:
-            return _kernel_state["module"]
-        module, error = None, None
-        try:
-            with open(KERNEL_SOURCE_FILE) as f:
-                source = f.read()
-        except OSError as caught:
-            source, error = None, caught
-        if source is not None:
-            try:
-                from torch.utils.cpp_extension import load_inline
+        if "module" not in _kernel_state:
+            _kernel_state["module"] = _build_cpu_kernel()
+        if _kernel_state["module"] is None and required:
+            raise RuntimeError(f"kernel='cpu' but the CPU kernel did not build: {_kernel_state.get('error')}")
+        return _kernel_state["module"]
 
-                capability = torch.backends.cpu.get_cpu_capability()
-                flags = _ISA_FLAGS.get(capability, [])
-                name = _kernel_name(source, capability, flags)
-                folder = kernel_build_directory(name)
-                with _build_lock(folder):
-                    if not os.path.isfile(os.path.join(folder, f"{name}.so")):  # else ~30 s of silence
-                        logger.warning(
-                            "building the geometric-attention CPU kernel for this machine (once: about 30 s, then "
-                            "cached in %s)",
-                            folder,
-                        )
-                    module = load_inline(
-                        name=name,
-                        build_directory=folder,
-                        cpp_sources=source,
-                        functions=["geometric_forward", "geometric_backward"],
-                        extra_cflags=["-O3", "-fopenmp", *flags],
-                        extra_ldflags=["-fopenmp"],
+
+def _build_cpu_kernel():
+    """`load_cpu_kernel`'s build (under its lock): the module, or None with the reason in `_kernel_state["error"]`."""
+    module, error = None, None
+    try:
+        with open(KERNEL_SOURCE_FILE) as f:
+            source = f.read()
+    except OSError as caught:
+        source, error = None, caught
+    if source is not None:
+        try:
+            from torch.utils.cpp_extension import load_inline
+
+            capability = torch.backends.cpu.get_cpu_capability()
+            flags = _ISA_FLAGS.get(capability, [])
+            name = _kernel_name(source, capability, flags)
+            folder = kernel_build_directory(name)
+            with _build_lock(folder):
+                if not os.path.isfile(os.path.join(folder, f"{name}.so")):  # else ~30 s of silence
+                    logger.warning(
+                        "building the geometric-attention CPU kernel for this machine (once: about 30 s, then "
+                        "cached in %s)",
+                        folder,
                     )
-            except Exception as caught:  # noqa: BLE001 - no compiler, no OpenMP, no ninja: fall back, say why
-                error = caught
-        if module is None:
-            message = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-            if kernel_mode() == "cpu":
-                raise RuntimeError(f"NDR_GEOMETRIC_KERNEL=cpu but the CPU kernel did not build: {message}") from error
-            if source is None:  # the expected case of a remote-code copy: nothing to warn about
-                logger.info("No geometric-attention CPU kernel source (%s); using the PyTorch path.", message[:300])
-            else:
-                logger.warning(
-                    "The fused geometric-attention CPU kernel did not build (%s); using the PyTorch implementation, "
-                    "which computes the same weights more slowly.",
-                    message[:300],
+                module = load_inline(
+                    name=name,
+                    build_directory=folder,
+                    cpp_sources=source,
+                    functions=["geometric_forward", "geometric_backward"],
+                    extra_cflags=["-O3", "-fopenmp", *flags],
+                    extra_ldflags=["-fopenmp"],
                 )
-        _kernel_state["module"] = module
-        return module
+        except Exception as caught:  # noqa: BLE001 - no compiler, no OpenMP, no ninja: fall back, say why
+            error = caught
+    if module is None:
+        message = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        _kernel_state["error"] = message
+        if source is None:  # the expected case of a remote-code copy: nothing to warn about
+            logger.info("No geometric-attention CPU kernel source (%s); using the PyTorch path.", message[:300])
+        else:
+            logger.warning(
+                "The fused geometric-attention CPU kernel did not build (%s); using the PyTorch implementation, "
+                "which computes the same weights more slowly.",
+                message[:300],
+            )
+    return module
 
 
 # One op namespace per copy of this module: a process may import the package and a model's remote-code copy of it.
@@ -302,13 +317,22 @@ register_kernel_autograd(_geometric_attention_cpu, _geometric_attention_cpu_back
 
 @torch.compiler.assume_constant_result  # evaluated once when torch.compile traces, not a graph break
 def cpu_kernel_available() -> bool:
-    """Whether the fused CPU kernel is selected (`NDR_GEOMETRIC_KERNEL`) and builds here."""
-    return kernel_mode() != "torch" and load_cpu_kernel() is not None
+    """Whether the fused CPU kernel builds here."""
+    return load_cpu_kernel() is not None
 
 
-def uses_cpu_kernel(tensor: torch.Tensor) -> bool:
-    """Whether `geometric_attention_weights` computes `tensor`'s weights with the fused CPU kernel."""
-    return tensor.device.type == "cpu" and cpu_kernel_available()
+def uses_cpu_kernel(tensor: torch.Tensor, kernel: str = "auto") -> bool:
+    """Whether `geometric_attention_weights(..., kernel=kernel)` computes `tensor`'s weights with the fused CPU
+    kernel: `"auto"` or `"cpu"` (and `"triton"` where the Triton kernels do not run), a CPU tensor, and a kernel that
+    builds (`"cpu"`: a `RuntimeError` saying why it did not)."""
+    if kernel == "torch" or tensor.device.type != "cpu":
+        return False
+    return _cpu_kernel_built() if kernel == "cpu" else cpu_kernel_available()
+
+
+@torch.compiler.assume_constant_result
+def _cpu_kernel_built() -> bool:
+    return load_cpu_kernel(required=True) is not None
 
 
 @torch.compiler.assume_constant_result  # evaluated once when torch.compile traces, not a graph break
@@ -377,9 +401,11 @@ def geometric_attention_weights(
         right (`torch.Tensor` of shape `(batch, heads, seq)`, *optional*):
             The same for the keys right of the query (j > i).
         kernel (`str`, *optional*, defaults to `"auto"`):
-            `"auto"`: the fused CPU kernel for CPU tensors where it builds, else the PyTorch path. `"triton"`: the
-            Triton kernels where they run (CUDA tensors with triton installed; CPU tensors under
-            `TRITON_INTERPRET=1`), reading float32, bfloat16 or float16 logits as they are; elsewhere `"auto"`.
+            `"auto"`: the fused CPU kernel for CPU tensors where it builds, else the PyTorch path. `"cpu"`: the same,
+            but a CPU kernel that does not build is a `RuntimeError`. `"torch"`: the PyTorch path on every device.
+            `"triton"`: the Triton kernels where they run (CUDA tensors with triton installed; CPU tensors under
+            `TRITON_INTERPRET=1`), reading float32, bfloat16 or float16 logits as they are; elsewhere `"auto"`. A
+            model chooses with `attn_implementation` (`eager`, `ndr_torch`, `ndr_triton`).
 
     Returns:
         `torch.Tensor` of shape `(batch, heads, seq, seq)`, float32 (float64 for float64 logits): the weights `A`;
@@ -387,8 +413,8 @@ def geometric_attention_weights(
     """
     if (left is None) != (right is None):
         raise ValueError("Pass both left and right, or neither.")
-    if kernel not in ("auto", "triton"):
-        raise ValueError(f"kernel={kernel!r} is invalid: expected 'auto' or 'triton'.")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel={kernel!r} is invalid: expected one of {', '.join(map(repr, KERNELS))}.")
     dtype = torch.promote_types(logits.dtype, torch.float32)
     device_type = logits.device.type
     autocast_off = contextlib.nullcontext()  # devices without autocast (meta) compute in the given dtype anyway
@@ -403,7 +429,7 @@ def geometric_attention_weights(
         content = logits.to(dtype)
         if left is not None:
             left, right = left.to(dtype), right.to(dtype)
-        if uses_cpu_kernel(content):  # never for CUDA tensors: the op has a CPU implementation only
+        if uses_cpu_kernel(content, kernel):  # never for CUDA tensors: the op has a CPU implementation only
             if left is None:
                 left = right = content.new_zeros(content.shape[:-1])
             key_valid = None if attention_mask is None else (attention_mask != 0).to(dtype).contiguous()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, auto_docstring, can_return_tuple
@@ -38,6 +38,7 @@ from .attention_ndr import (
     NDRAttentionBase,
     NDRDotProductAttention,
     NDRMetricAttention,
+    attention,
     concatenated_linear,
     linear,
     sinusoidal_encoding,
@@ -47,8 +48,24 @@ from .attention_ndr import (
 )
 from .configuration_ndr import NDRConfig, as_python_scalar
 from .dropout_ndr import NDRDropout
-from .geometric_ndr import geometric_attention_weights
+from .geometric_ndr import ATTENTION_KERNELS, geometric_attention_weights
 from .position_coupling import check_coupled_rows, coupled_position_ids
+
+
+def _attention_function(kernel: str):
+    def ndr_attention(module, query, key, value, attention_mask, attention_type="geometric", **kwargs):
+        """NDR attention with `kernel`, in transformers' attention-function signature: (b, h, n, e) each →
+        ((b, h, n, e), weights); `kwargs` are `attention`'s (left, right, position_logits, normalize)."""
+        return attention(query, key, value, attention_mask, attention_type, kernel=kernel, **kwargs)
+
+    return ndr_attention
+
+
+# the NDR's `attn_implementation`s besides transformers' "eager" (geometric_ndr.ATTENTION_KERNELS), registered so that
+# `from_pretrained(..., attn_implementation="ndr_triton")` and `set_attn_implementation("ndr_torch")` accept them
+for _name, _kernel in ATTENTION_KERNELS.items():
+    if _name != "eager":
+        AttentionInterface.register(_name, _attention_function(_kernel))
 
 
 class NDRUpdate(nn.Module):
@@ -286,6 +303,9 @@ class NDRPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["NDRLayer"]
     _supports_sdpa = False
+    # `get_input_embeddings` / `set_input_embeddings` as transformers' defaults find it: `NDRModel.embeddings`, and in
+    # a head the base model's (`self.ndr`)
+    _input_embed_layer = "embeddings"
     accepts_loss_kwargs = False
     # Per-step outputs are recorded by forward hooks (transformers' `capture_outputs`): the one shared layer is called
     # once per step, so each hook fires once per step and every tuple has one entry per step.
@@ -579,12 +599,6 @@ class NDRModel(NDRPreTrainedModel):
             self.halting = NDRHalting(config)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.embeddings = value
-
     @capture_outputs
     @auto_docstring(
         custom_intro="""
@@ -835,6 +849,15 @@ def encode_for_head(ndr, input_ids, attention_mask, inputs_embeds, labels, num_s
     return attention_mask, outputs
 
 
+def head_output(output_class, loss, logits, outputs: NDRModelOutput, config: NDRConfig):
+    """A head's output: its loss (with ACT's ponder cost added, weighted by `act_ponder_weight`), its logits and what
+    the encoder recorded (`output_class`: `NDRSequenceClassifierOutput` or `NDRTokenClassifierOutput`)."""
+    if loss is not None and outputs.ponder_cost is not None:
+        loss = loss + config.act_ponder_weight * outputs.ponder_cost.mean()
+    recorded = ("hidden_states", "attentions", "gates", "ponder_cost", "halting_steps", "num_steps_taken")
+    return output_class(loss=loss, logits=logits, **{name: getattr(outputs, name) for name in recorded})
+
+
 class NDRForSequenceClassification(NDRPreTrainedModel):
     """NDR encoder with a linear head on one column (`config.readout`)."""
 
@@ -844,12 +867,6 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         self.ndr = NDRModel(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.ndr.embeddings
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.ndr.embeddings = value
 
     @can_return_tuple
     @auto_docstring(
@@ -882,21 +899,8 @@ class NDRForSequenceClassification(NDRPreTrainedModel):
         positions = readout_positions(attention_mask, self.config.readout)  # (b,)
         logits = self.classifier(states[torch.arange(batch, device=states.device), positions])
 
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
-            if outputs.ponder_cost is not None:
-                loss = loss + self.config.act_ponder_weight * outputs.ponder_cost.mean()
-        return NDRSequenceClassifierOutput(
-            loss=loss,
-            logits=logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            gates=outputs.gates,
-            ponder_cost=outputs.ponder_cost,
-            halting_steps=outputs.halting_steps,
-            num_steps_taken=outputs.num_steps_taken,
-        )
+        loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return head_output(NDRSequenceClassifierOutput, loss, logits, outputs, self.config)
 
 
 class NDRForTokenClassification(NDRPreTrainedModel):
@@ -910,12 +914,6 @@ class NDRForTokenClassification(NDRPreTrainedModel):
         self.ndr = NDRModel(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.ndr.embeddings
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.ndr.embeddings = value
 
     @can_return_tuple
     @auto_docstring(
@@ -945,21 +943,8 @@ class NDRForTokenClassification(NDRPreTrainedModel):
         )  # fmt: skip
         logits = self.classifier(outputs.last_hidden_state)  # (b, n, labels)
 
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, self.config)  # cross-entropy in float32; -100 is ignored
-            if outputs.ponder_cost is not None:
-                loss = loss + self.config.act_ponder_weight * outputs.ponder_cost.mean()
-        return NDRTokenClassifierOutput(
-            loss=loss,
-            logits=logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            gates=outputs.gates,
-            ponder_cost=outputs.ponder_cost,
-            halting_steps=outputs.halting_steps,
-            num_steps_taken=outputs.num_steps_taken,
-        )
+        loss = None if labels is None else self.loss_function(logits, labels, self.config)  # float32; -100 ignored
+        return head_output(NDRTokenClassifierOutput, loss, logits, outputs, self.config)
 
 
 __all__ = [

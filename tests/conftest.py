@@ -28,7 +28,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# `make test` runs the suite in two worker processes (pytest-xdist, `-n 2`): each then computes on one thread, so that
+# the two together use the two cores of a CI machine instead of four threads contending for them
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // WORKERS))
 # tests/fake_cuda/ runs on simulated CUDA, which needs torch to know a CUDA device from its import on: a CUDA build
 # does; a CPU-only one does in the process that tests/e2e/test_simulated_cuda.py starts (fake_cuda_preload loaded
 # first)
@@ -38,6 +41,22 @@ if not (torch.backends.cuda.is_built() or "fake_cuda_preload" in sys.modules):
 # reads this when a kernel is defined, which is when that module is first imported: after this file.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def leaves_the_cpu_kernel_unbuilt(markers: set[str], cuda: bool) -> bool:
+    """Whether a test's CPU side takes the PyTorch path of geometric attention (`kernel="auto"` then never builds the
+    fused CPU kernel): the CUDA and Triton tests (markers `gpu`, `triton`) on a machine with a GPU, where building it
+    would take a minute of the GPU's time (a GPU never runs it; the CPU suite checks it against the PyTorch path)."""
+    return cuda and bool(markers & {"gpu", "triton"})
+
+
+@pytest.fixture(autouse=True)
+def _cpu_kernel_unbuilt_beside_a_gpu(request, monkeypatch):
+    markers = {marker.name for marker in request.node.iter_markers()}
+    if leaves_the_cpu_kernel_unbuilt(markers, torch.cuda.is_available()):
+        from modeling_ndr import geometric_ndr
+
+        monkeypatch.setattr(geometric_ndr, "uses_cpu_kernel", lambda tensor, kernel="auto": False)
 
 
 @pytest.fixture(params=[True, False], ids=["native-bf16-cpu", "no-bf16-cpu"])

@@ -8,6 +8,7 @@ import os
 import sys
 
 from compare_report import FIT, RECIPE_COLUMNS, RECORDED_BEFORE, SPLITS, results_name
+from processes import run_process
 
 import modeling_ndr
 from modeling_ndr.tasks import SMALLEST_N_TRAIN
@@ -20,7 +21,6 @@ from modeling_ndr.training import (
     read_variant,
 )
 from modeling_ndr.training.preemption import STOPPED_FILE, read_stopped
-from modeling_ndr.training.processes import run_process
 from modeling_ndr.training.records import evaluation_history, read_json, training_losses
 
 
@@ -138,7 +138,7 @@ def run_until_stopped(command: list[str], env: dict, directory: str, append: boo
 def as_loaded(output_dir: str) -> dict:
     """What the variant's export gives as loaded with `from_pretrained` (`export/eval_results.json`): `{"ood_test":
     accuracy, "deeper": accuracy on 11 and 12 functions or None, "adaptive_steps": bool}`. A CTL export runs adaptive
-    steps where they do at least as well as the fixed steps on ood_valid (`modeling_ndr.training.adaptive`)."""
+    steps where they do at least as well as the fixed steps on ood_valid (`adaptive_study.py`)."""
     path = os.path.join(output_dir, "export", "eval_results.json")
     if not os.path.isfile(path):
         return {"ood_test": None, "deeper": None, "adaptive_steps": False}

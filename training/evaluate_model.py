@@ -33,6 +33,7 @@ import sys
 import datasets
 import numpy as np
 import torch
+from adaptive_study import DEEPER_SPLIT
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
 import modeling_ndr
@@ -55,7 +56,6 @@ from modeling_ndr.training import (
     standard_columns,
     warn_unknown_words,
 )
-from modeling_ndr.training.adaptive import DEEPER_SPLIT
 from modeling_ndr.training.evaluation import predict
 from modeling_ndr.training.token_labels import encode_token_task, token_columns, token_metrics
 from modeling_ndr.training.trainer import nested_results

@@ -41,10 +41,11 @@ import datasets
 import huggingface_hub
 import torch
 import transformers
+from adaptive_study import export_study, export_summary
 from transformers import DataCollatorWithPadding, set_seed
 
 import modeling_ndr
-from modeling_ndr.geometric_ndr import cpu_kernel_available, kernel_mode
+from modeling_ndr.geometric_ndr import attention_kernel, cpu_kernel_available
 from modeling_ndr.metrics import load_token_accuracy
 from modeling_ndr.position_coupling import BLANK, COUPLING_WORDS
 from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
@@ -81,7 +82,6 @@ from modeling_ndr.training import (
     warn_unknown_words,
     write_run_config,
 )
-from modeling_ndr.training.adaptive import export_summary
 from modeling_ndr.training.atomic import check_replaceable
 from modeling_ndr.training.checkpoints import saves_optimizer_states
 from modeling_ndr.training.data import cache_files, check_encoded
@@ -209,6 +209,8 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     # ---- the model: new, or a checkpoint adapted to the data's words and labels
     set_seed(training_args.seed)
     tokenizer, model = build_tokenizer_and_model(data_args, model_args, label_names, texts, values, per_token)
+    if model_args.attn_implementation is not None:  # checked by transformers; never saved with the model
+        model.set_attn_implementation(model_args.attn_implementation)
     if data_args.position_coupling and not model.config.reads_position_ids:
         raise UsageError(
             "--position_coupling gives position ids, which position_encoding=absolute and relative position keys "
@@ -324,7 +326,8 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         write_run_config(training_args.output_dir, run_config)
 
     # ---- training (check_training_steps made sure there is something to train)
-    if model.config.attention_type == "geometric" and training_args.device.type == "cpu" and kernel_mode() != "torch":
+    kernel = attention_kernel(model.config._attn_implementation)
+    if model.config.attention_type == "geometric" and training_args.device.type == "cpu" and kernel == "auto":
         # loaded here rather than silently inside the first step: compiled on a machine's first run, then cached
         logger.info("loading the geometric-attention CPU kernel (its first build on a machine takes a minute or more)")
         started = time.perf_counter()
@@ -350,9 +353,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         trainer.save_model(training_args.output_dir)  # the selected (best) model; never pushed (NDRTrainer)
         # the card's snippets name the repository the export goes to (Trainer resolved it when it was built)
         repo_id = trainer.hub_model_id if training_args.push_to_hub else None
-        export_model(
-            training_args.output_dir, export_dir, eval_results=results, run_config=run_config, repo_id=repo_id
-        )
+        export_model(training_args.output_dir, export_dir, results, run_config, repo_id, study=export_study)
         if results:  # first what a user of the export gets, then the Trainer's table per depth
             steps = model.config.eval_num_hidden_layers or model.config.num_hidden_layers
             print("\n" + headline(export_dir, results, steps, describe_precision(training_args)))

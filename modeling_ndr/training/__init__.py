@@ -18,24 +18,21 @@ Modules, in the order `train.py` uses them:
 - `trainer`: `NDRTrainer`, per-depth (and per-first-token) `compute_metrics`, `evaluate_splits`
 - `sampling`: how training samples are drawn: over depths, over root operators, with `--sample_shares`
 - `devices`: the global batch whatever the number of processes (`--total_batch_size`), `--precision`
-- `preemption`: time-boxed and preemptible runs (`--max_wall_minutes`, SIGTERM/SIGUSR1: a checkpoint, exit 75), and
-  `run_in_chunks`, the driver that resumes them until they finish
-- `processes`: the one way a child process is run (output, time limit, stop and kill, forwarded signals)
+- `preemption`: time-boxed and preemptible runs (`--max_wall_minutes`, SIGTERM/SIGUSR1: a checkpoint, exit 75;
+  `training/run_in_chunks.py` in the checkout resumes them until they finish)
 - `records`: `run_config.json`, the machine description, `read_json`, and a run's logged history
   (`evaluation_history`, `training_losses`)
 - `export`: the hub-ready folder and its model card
 - `atomic`: folders written whole or not at all (`atomic_folder`): exports, release folders, dataset repositories
 - `evaluation`: the one evaluation path, `predict`: predictions and steps per sample in padded batches, with fixed
   or adaptive steps (`evaluate_model.py`, `compare.py`, the export's adaptive-steps study and the benchmarks use it)
-- `adaptive`: for a CTL export, the adaptive-steps threshold chosen on `ood_valid`, and fixed against adaptive steps
-  per split and depth (on the task's splits and on deeper compositions)
+- `adaptive`: what a card shows of adaptive steps (fixed against adaptive, per split and depth) where the export
+  chose them (the checkout's `training/adaptive_study.py`, `export_model`'s `study`)
 - `weight_average`: `WeightAverage`, an EMA of the weights saved into every checkpoint (`--ema_decay`)
 - `schedules`: `PonderWeightSchedule`, ACT's ponder weight warmed up once the task starts to be learned
   (`--ponder_warmup_loss`, `--ponder_warmup_steps`)
 - `stopping`: `StopAtAccuracy`, training ended at the first evaluation where a split reaches an accuracy
   (`--stop_at_accuracy iid_test=0.95`; `compare.py --budget_steps`)
-- `official`: a checkpoint of the paper's official code as a hub-ready ndr folder (`convert_official_checkpoint`,
-  used by `training/convert_official_checkpoint.py`)
 """
 
 from .arguments import (
@@ -91,7 +88,7 @@ from .errors import UsageError, exit_on_usage_error, first_line
 from .evaluation import Predictions, padded_batches, predict
 from .export import EXPORT_FILES, build_model_card, export_model, results_table
 from .locking import OutputDirLock, lock_output_dir
-from .preemption import EXIT_STOPPED, TimeBoxCallback, TrainingStopped, run_in_chunks
+from .preemption import EXIT_STOPPED, TimeBoxCallback, TrainingStopped
 from .presets import config_values, parse_config_overrides, read_preset, read_variant
 from .records import machine_description, run_record, training_record, write_run_config
 from .sampling import BalancedSampler, SampleShare, balanced_sampler, depth_weights, parse_sample_shares
@@ -170,7 +167,6 @@ __all__ = [
     "EXIT_STOPPED",
     "TimeBoxCallback",
     "TrainingStopped",
-    "run_in_chunks",
     # records
     "machine_description",
     "run_record",

@@ -2,7 +2,7 @@
 
     python -m modeling_ndr.training export CHECKPOINT_DIR OUT_DIR [--repo_id org/name]   # a hub-ready folder
 
-(`python -m modeling_ndr.training.preemption` runs a training in resumable chunks.)
+(`python training/run_in_chunks.py` runs a training in resumable chunks.)
 """
 
 import sys

@@ -130,12 +130,13 @@ class ModelArguments:
         default=None,
         metadata={"help": 'NDRConfig fields to set, e.g. "hidden_size=64,copy_gate=false,eval_num_hidden_layers=24".'},
     )
-    readout: str | None = field(
+    readout: str | None = field(default=None, metadata={"help": "The token the classifier reads: first ([BOS]) or "
+                                                         "last ([EOS]); default: the task's, else last."})  # fmt: skip
+    attn_implementation: str | None = field(
         default=None,
-        metadata={
-            "help": "The token the classifier reads: first ([BOS]) or last ([EOS]); default: the task's, else last."
-        },
-    )
+        metadata={"help": "What computes the attention (not saved with the model): eager (the default: the fused CPU "
+                  "kernel where it builds), ndr_torch (PyTorch operations) or ndr_triton (Triton, on a GPU)."},
+    )  # fmt: skip
     # The flags below predate --config_overrides and are kept for the commands and presets that use them.
     hidden_size: int | None = None
     intermediate_size: int | None = None

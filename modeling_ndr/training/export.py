@@ -5,18 +5,17 @@ modeling code for `trust_remote_code=True`, and a `README.md` model card rendere
 `modeling_ndr/templates/model_card_template.md` (package data). `eval_results.json` and `run_config.json` are read
 from the checkpoint folder or its parent (where `train.py` writes them) and copied along.
 
-A model of the paper's CTL task is exported with adaptive steps on (`adaptive.adaptive_study`): the threshold is
-chosen on `ood_valid`, the exported `config.json` asks for adaptive steps, and the exported `eval_results.json` holds
-what the model gives as loaded (adaptive), with the fixed step count's results under each split's `fixed_steps`, for
-`iid_test`, `ood_valid`, `ood_test` and `deeper` (11 and 12 functions); `run_config.json` gains the selection's
-record under `adaptive_steps`. Where fixed steps are more accurate on `ood_valid`, the config and results stay as
-trained and only the record is added.
+`export_model(..., study=...)` runs a study on the model before it is written: `train.py` passes the checkout's
+`adaptive_study.export_study`, which exports a model of the paper's CTL task with adaptive steps on (the threshold
+chosen on `ood_valid`; `eval_results.json` then holds what the model gives as loaded, with the fixed step count's
+results under each split's `fixed_steps`, and `run_config.json` the selection's record under `adaptive_steps`).
 """
 
 import importlib.resources
 import json
 import os
 import re
+from collections.abc import Callable
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -309,7 +308,7 @@ def export_model(
     eval_results: dict | None = None,
     run_config: dict | None = None,
     repo_id: str | None = None,
-    choose_adaptive_steps: bool = True,
+    study: Callable | None = None,
 ) -> str:
     """Write the hub-ready folder `out_dir` from `checkpoint_dir`; returns `out_dir`.
 
@@ -319,8 +318,10 @@ def export_model(
         eval_results: the run's results (default: `eval_results.json` of the checkpoint folder or its parent).
         run_config: the run's record (default: `run_config.json` there).
         repo_id: the hub id the card's snippets use.
-        choose_adaptive_steps: for a CTL model, choose the adaptive threshold on `ood_valid`, export with adaptive
-            steps on and evaluate every split both ways (`adaptive.adaptive_study`); False exports the config as is.
+        study: `study(model, tokenizer, run_config)`, run before the folder is written; it may change
+            `model.config` and return `{"results": eval_results or None, "selection": record}` (None: nothing to
+            add); the record goes into `run_config.json` under `adaptive_steps`, the results replace the run's. None
+            exports the config as trained.
     """
     if not os.path.isdir(checkpoint_dir):
         raise FileNotFoundError(f"{checkpoint_dir}: no such checkpoint folder")
@@ -339,12 +340,9 @@ def export_model(
         run_config = {**run_config, "training": training}
     model = head_class(checkpoint_dir).from_pretrained(checkpoint_dir)
     tokenizer = NDRTokenizerFast.from_pretrained(checkpoint_dir)  # saves as PreTrainedTokenizerFast
-    if choose_adaptive_steps and adaptive.applies(model.config, run_config):
-        # every number is measured again on the exported model, fixed and adaptive, so that re-exporting an export
-        # (make_model_repos --refresh) gives the same folder
-        study = adaptive.adaptive_study(model, tokenizer, run_config["task"])
-        run_config = {**run_config, "adaptive_steps": study["selection"]}
-        eval_results = study["results"] or eval_results  # None: fixed steps kept, the run's own results stand
+    if study is not None and (found := study(model, tokenizer, run_config)) is not None:
+        run_config = {**run_config, "adaptive_steps": found["selection"]}
+        eval_results = found["results"] or eval_results  # None: fixed steps kept, the run's own results stand
     repo_id = repo_id or run_config.get("hub_model_id") or f"your-org/{default_model_name(run_config)}"
     # written into a hidden sibling and renamed into place: an interrupted export leaves the previous one whole
     with atomic_folder(out_dir, EXPORT_FILES) as staging:

@@ -40,7 +40,7 @@ VARIANT_DIR = os.path.join(CONFIGURATION_DIR, "variants")
 # task in minutes on a CPU; fine-tuning takes the training flags only, with a gentler learning rate
 OWN_DATA_PRESET, FINE_TUNING_PRESET = "own_data", "own_data_finetune"
 # ModelArguments fields that are not NDRConfig fields (the others set the NDRConfig field of their name)
-NOT_CONFIG_FIELDS = ("model_name_or_path", "config_overrides")
+NOT_CONFIG_FIELDS = ("model_name_or_path", "config_overrides", "attn_implementation")
 
 
 def preset_path(name: str) -> str:

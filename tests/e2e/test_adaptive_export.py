@@ -1,28 +1,31 @@
-"""Adaptive steps chosen at export for CTL models (`modeling_ndr.training.adaptive`): the selection rule, what the
-export writes (config, results as loaded and with fixed steps, run record, card), and `evaluate_model.py --depths /
---adaptive_steps`, the documented command that measures the same numbers again."""
+"""Adaptive steps chosen at export for CTL models (`training/adaptive_study.py`, handed to `export_model` as its
+`study`; the card's part in `modeling_ndr.training.adaptive`): the selection rule, what the export writes (config,
+results as loaded and with fixed steps, run record, card), and `evaluate_model.py --depths / --adaptive_steps`, the
+documented command that measures the same numbers again."""
 
 import json
 from pathlib import Path
 
+import adaptive_study
 import numpy as np
 import pytest
-from huggingface_hub import ModelCard
-from safetensors.torch import load_file
-from scripts import load_script
-
-from modeling_ndr import NDRConfig, task_label_names
-from modeling_ndr.training import Predictions, UsageError, adaptive, export_model, new_model
-from modeling_ndr.training.adaptive import (
+from adaptive_study import (
     DEEPER_DEPTHS,
     DEEPER_SPLIT,
     THRESHOLDS,
     applies,
     choose_threshold,
-    comparison_table,
     evaluation_rows,
+    export_study,
     export_summary,
 )
+from huggingface_hub import ModelCard
+from safetensors.torch import load_file
+from scripts import load_script
+
+from modeling_ndr import NDRConfig, task_label_names
+from modeling_ndr.training import Predictions, UsageError, export_model, new_model
+from modeling_ndr.training.adaptive import comparison_table
 
 
 N_EVAL = 40
@@ -66,7 +69,7 @@ def exported(tmp_path_factory):
     (checkpoint / "eval_results.json").write_text(json.dumps(trainer_results))
     run_config = {"task": TASK, "example": {"text": "b a 101", "label": "000"}}
     (checkpoint / "run_config.json").write_text(json.dumps(run_config))
-    export_model(str(checkpoint), str(root / "export"), repo_id="org/ndr-ctl-tiny")
+    export_model(str(checkpoint), str(root / "export"), repo_id="org/ndr-ctl-tiny", study=export_study)
     return checkpoint, root / "export"
 
 
@@ -141,14 +144,15 @@ def test_evaluate_model_depths_need_the_ctl_task(exported, capsys):
 def test_re_exporting_an_export_gives_the_same_folder(exported, tmp_path):
     """make_model_repos --refresh exports a released folder again: the same choice and the same numbers."""
     _, export = exported
-    export_model(str(export), str(tmp_path / "again"), repo_id="org/ndr-ctl-tiny")
+    export_model(str(export), str(tmp_path / "again"), repo_id="org/ndr-ctl-tiny", study=export_study)
     for name in ("config.json", "eval_results.json", "run_config.json", "README.md"):
         assert (tmp_path / "again" / name).read_text() == (export / name).read_text(), name
 
 
-def test_the_export_can_keep_the_config_as_it_is(exported, tmp_path):
+def test_an_export_without_the_study_keeps_the_config_as_it_is(exported, tmp_path):
+    """The library's `export_model` (and `python -m modeling_ndr.training export`) runs no study of its own."""
     checkpoint, _ = exported
-    export_model(str(checkpoint), str(tmp_path / "fixed"), choose_adaptive_steps=False)
+    export_model(str(checkpoint), str(tmp_path / "fixed"))
     assert read(tmp_path / "fixed", "config.json")["adaptive_steps"] is False
     assert read(tmp_path / "fixed", "eval_results.json") == read(checkpoint, "eval_results.json")
     assert "adaptive_steps" not in read(tmp_path / "fixed", "run_config.json")
@@ -168,8 +172,8 @@ def test_the_export_keeps_fixed_steps_where_they_do_better_on_ood_valid(exported
             return Predictions(np.full(len(texts), -1), np.ones(len(texts), dtype=int), model_chose_steps=True)
         return Predictions(np.array([truth[text] for text in texts]), np.full(len(texts), 3), model_chose_steps=False)
 
-    monkeypatch.setattr(adaptive, "predict", predict)
-    export_model(str(checkpoint), str(tmp_path / "kept"), repo_id="org/ndr-ctl-tiny")
+    monkeypatch.setattr(adaptive_study, "predict", predict)
+    export_model(str(checkpoint), str(tmp_path / "kept"), repo_id="org/ndr-ctl-tiny", study=export_study)
     config, selection = read(tmp_path / "kept", "config.json"), read(tmp_path / "kept", "run_config.json")
     assert config["adaptive_steps"] is False and config["max_adaptive_steps"] is None
     assert (

@@ -16,6 +16,7 @@ from pathlib import Path
 import gpu_session_plan as plan
 import pytest
 import torch
+from conftest import leaves_the_cpu_kernel_unbuilt
 from scripts import REPO, load_script
 
 
@@ -433,7 +434,9 @@ def test_a_benchmark_contender_that_fails_to_compile_leaves_the_others_measured_
     assert "compiled samples/s" not in step, step
 
 
-def test_the_steps_do_not_spend_the_gpus_time_building_the_cpu_kernel(monkeypatch):
-    monkeypatch.delenv("NDR_GEOMETRIC_KERNEL", raising=False)
-    env = session.child_environment("/nowhere/site", dry_run=False)
-    assert env["NDR_GEOMETRIC_KERNEL"] == "torch", "the CUDA tests' CPU side takes the PyTorch path"
+def test_the_steps_do_not_spend_the_gpus_time_building_the_cpu_kernel():
+    """The session's tests step runs `-m "gpu or triton"`: on the GPU machine their CPU side never builds the kernel,
+    while the CPU suite's own tests of the kernel run wherever they run."""
+    assert leaves_the_cpu_kernel_unbuilt({"gpu"}, cuda=True) and leaves_the_cpu_kernel_unbuilt({"triton"}, cuda=True)
+    assert not leaves_the_cpu_kernel_unbuilt({"gpu"}, cuda=False), "without a GPU (NDR_TEST_DEVICE=cpu): as asked"
+    assert not leaves_the_cpu_kernel_unbuilt(set(), cuda=True), "the CPU suite on a GPU machine tests the kernel"

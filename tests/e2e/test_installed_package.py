@@ -1,6 +1,7 @@
 """The installed package stands on its own: its wheel, installed into a fresh virtual environment, works from a folder
 outside the checkout. It loads a released model through `pipeline`, resolves a preset and writes a model card — the
-presets and card templates travel as package data, not as files of the checkout."""
+presets and card templates travel as package data, not as files of the checkout — and the checkout's `train.py`
+trains a preset and fine-tunes on a user's file with it."""
 
 import os
 import subprocess
@@ -28,10 +29,28 @@ SNIPPET = textwrap.dedent(
     classify = pipeline("text-classification", model=os.path.join(checkout, "hub_cards", "models", "ndr-ctl-forward"))
     print("prediction", classify("101 d a b i")[0]["label"])
     print("preset", read_preset("listops_cpu")["task"], "ctl_cpu" in available_presets())
-    export_model(os.path.join(checkout, "hub_cards", "models", "ndr-ctl-forward"), "card", choose_adaptive_steps=False)
+    export_model(os.path.join(checkout, "hub_cards", "models", "ndr-ctl-forward"), "card")
     print("card", open(os.path.join("card", "README.md")).read().count("ndr"))
     """
 )
+
+
+# train.py run by the venv's Python with the installed package (never the checkout's): argv[1] is the checkout
+RUN_TRAIN_PY = textwrap.dedent(
+    """
+    import os, runpy, sys
+    import modeling_ndr
+
+    checkout = sys.argv[1]
+    assert not modeling_ndr.__file__.startswith(checkout), modeling_ndr.__file__
+    script = os.path.join(checkout, "training", "train.py")
+    sys.path.insert(0, os.path.dirname(script))  # as `python training/train.py` puts its folder first
+    sys.argv = [script, *sys.argv[2:]]
+    runpy.run_path(script, run_name="__main__")
+    """
+)
+# a user's own file for fine-tuning the CTL model: texts in its words, one class per text
+USER_ROWS = [("101 a b", "0"), ("110 c", "1"), ("011 a c d", "2"), ("100 b", "3")] * 4
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +81,7 @@ def test_the_wheel_holds_no_release_tooling_and_no_module_over_450_lines(wheel):
         assert name == "modeling_ndr/modeling_ndr.py" or lines <= 450, f"{name} has {lines} lines (at most 450)"
 
 
-def test_the_wheel_in_a_fresh_environment_loads_a_release_resolves_a_preset_and_writes_a_card(wheel, tmp_path):
+def test_the_wheel_in_a_fresh_venv_loads_a_release_writes_a_card_trains_a_preset_and_fine_tunes(wheel, tmp_path):
     """A new venv gets the wheel; its dependencies (torch, transformers, ...) come from this environment's
     site-packages through a `.pth` line, which does not bring the checkout's editable install along."""
     venv = tmp_path / "venv"
@@ -82,3 +101,21 @@ def test_the_wheel_in_a_fresh_environment_loads_a_release_resolves_a_preset_and_
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
     assert lines["preset"] == "listops True", result.stdout
     assert int(lines["card"]) > 0 and "prediction" in lines, result.stdout
+
+    # the checkout's train.py (a script, as transformers' examples are), run by the installed package from elsewhere:
+    # a preset trained for a few steps, then fine-tuned on a file of the user's, each exported with its card
+    (elsewhere / "mine.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in USER_ROWS))
+    tiny = ["--direction", "backward", "--n_train", "256", "--n_eval", "32", "--hidden_size", "32",
+            "--intermediate_size", "64", "--num_hidden_layers", "3", "--per_device_train_batch_size", "32",
+            "--per_device_eval_batch_size", "64", "--disable_tqdm", "true"]  # fmt: skip
+    runs = {
+        "preset": ["--preset", "ctl_cpu", *tiny, "--max_steps", "4", "--output_dir", "preset_run"],
+        "finetune": ["--model_name_or_path", "preset_run/export", "--train_file", "mine.csv", "--max_steps", "3",
+                     "--per_device_train_batch_size", "4", "--disable_tqdm", "true", "--output_dir", "own_run"],
+    }  # fmt: skip
+    for name, argv in runs.items():
+        result = subprocess.run([python, "-c", RUN_TRAIN_PY, str(REPO), *argv], cwd=elsewhere, capture_output=True,
+                                text=True, env=dict(env, OMP_NUM_THREADS="1"), timeout=600)  # fmt: skip
+        assert result.returncode == 0, f"{name}: {result.stderr[-3000:]}"
+        export = elsewhere / argv[argv.index("--output_dir") + 1] / "export"
+        assert (export / "model.safetensors").is_file() and "ndr" in (export / "README.md").read_text(), name

@@ -449,7 +449,8 @@ def test_a_continuation_signalled_to_stop_passes_the_signal_to_its_chunk_and_wai
         "sys.exit(75 if stop else 1)\n"
     )
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from modeling_ndr.training.processes import run_process; "
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO / 'training')!r}); "
+         "from processes import run_process; "
          f"print('chunk exit', run_process([sys.executable, '-c', {chunk!r}], forward_signals=True).returncode)"],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -283,6 +283,7 @@ def test_other_processes_leave_only_after_the_main_process_has_exported(tmp_path
             open({str(marks)!r} + "/exported", "w").write(repr(time.time()))
         training.export_model = slow_export
         sys.argv[0] = {str(TRAIN)!r}
+        sys.path.insert(0, {str(TRAIN.parent)!r})  # as `python training/train.py` puts its folder first
         runpy.run_path({str(TRAIN)!r}, run_name="__main__")
     """))  # fmt: skip
     args = TINY + ["--max_steps", "2", "--eval_steps", "2", "--save_steps", "2", "--per_device_train_batch_size", "8",
@@ -501,3 +502,27 @@ def test_the_headline_is_the_exported_model_as_loaded_with_the_fixed_steps_besid
         "ood_test accuracy of the exported model as loaded: 0.9000 as Trainer evaluated the selected checkpoint "
         "(14 steps, fp32)"
     )
+
+
+def test_attn_implementation_chooses_what_computes_the_attention_and_is_not_saved(tmp_path, monkeypatch):
+    """`--attn_implementation ndr_torch`: every geometric attention the run trains with takes the PyTorch path (the
+    default would take the CPU kernel), and nothing of it reaches the saved config. (The export loads the model
+    anew, as a user does, with transformers' default.)"""
+    from modeling_ndr import geometric_ndr
+
+    asked = set()
+    chosen = geometric_ndr.uses_cpu_kernel
+
+    def recording(tensor, kernel="auto"):
+        if torch.is_grad_enabled():  # a training step (evaluations run without gradients)
+            asked.add(kernel)
+        return chosen(tensor, kernel)
+
+    monkeypatch.setattr(geometric_ndr, "uses_cpu_kernel", recording)
+    train = load_script("training/train.py", "ndr_train_attn_implementation")
+    run = tmp_path / "run"
+    train.main(TINY + ["--max_steps", "2", "--attn_implementation", "ndr_torch", "--output_dir", str(run)])
+    assert asked == {"torch"}, f"the kernels the training steps asked for: {asked}"
+    for folder in (run, run / "export"):
+        config = json.loads((folder / "config.json").read_text())
+        assert not [key for key in config if "attn" in key or "kernel" in key], config

@@ -67,24 +67,23 @@ GEOMETRIC_SIZES = [(1, 10), (3, 37), (512, 12), (2, 200), (64, 50), (1, 100)]
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
-def test_geometric_attention_compiles_to_at_most_two_graphs_for_every_length_and_batch(backend, monkeypatch):
-    """The PyTorch path of geometric attention (the one CUDA runs; `NDR_GEOMETRIC_KERNEL=torch` keeps the CPU kernel
-    out), compiled with `dynamic=True`, forward and backward: no graph break, and two graphs in all, because PyTorch
+def test_geometric_attention_compiles_to_at_most_two_graphs_for_every_length_and_batch(backend):
+    """The PyTorch path of geometric attention (the one CUDA runs; `kernel="torch"` keeps the CPU kernel out),
+    compiled with `dynamic=True`, forward and backward: no graph break, and two graphs in all, because PyTorch
     gives batch 1 a graph of its own (it specialises every dimension of size 1); every other batch size and every
-    length share the second. aot_eager traces what inductor is given (dynamo's and AOTAutograd's guards) in seconds;
-    inductor itself, which may add guards of its own, takes minutes on two cores (`-m slow`)."""
+    length share the second. aot_eager traces what inductor is given (dynamo's and AOTAutograd's guards) in
+    seconds; inductor itself, which may add guards of its own, takes minutes on two cores (`-m slow`)."""
     from torch._dynamo.testing import CompileCounterWithBackend
     from torch._dynamo.utils import counters
 
     from modeling_ndr.attention_ndr import attention
 
-    monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", "torch")
     torch._dynamo.reset()
     counters.clear()
     counter = CompileCounterWithBackend(backend)
 
     def geometric(query, key, value, mask, left, right):
-        return attention(query, key, value, mask, "geometric", left, right)[0]
+        return attention(query, key, value, mask, "geometric", left, right, kernel="torch")[0]
 
     compiled = torch.compile(geometric, backend=counter, dynamic=True)
     for batch_size, length in GEOMETRIC_SIZES:

@@ -24,11 +24,14 @@ HAS_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
 needs_compiler = pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: the CPU kernel cannot be built here")
 
 
+# the `kernel` of `geometric_attention_weights` each implementation runs with ("cpu": the kernel must build)
+KERNEL = {"cpu_kernel": "cpu", "torch": "torch"}
+
+
 @pytest.fixture(params=IMPLEMENTATIONS)
-def implementation(request, monkeypatch):
+def implementation(request):
     """Run the test once with the fused CPU kernel (where a compiler exists, it must build) and once with the PyTorch
-    path."""
-    monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", "cpu" if request.param == "cpu_kernel" else "torch")
+    path (`kernel=KERNEL[implementation]`)."""
     if request.param == "cpu_kernel":
         if not HAS_COMPILER:
             pytest.skip("no C++ compiler: the CPU kernel cannot be built here")
@@ -62,11 +65,9 @@ def random_mask(batch, n, seed):
 
 
 @needs_compiler
-def test_the_cpu_kernel_is_the_default_on_the_cpu(monkeypatch):
-    monkeypatch.delenv("NDR_GEOMETRIC_KERNEL", raising=False)
+def test_the_cpu_kernel_is_the_default_on_the_cpu():
     assert uses_cpu_kernel(torch.zeros(1)), "on a CPU with a compiler the fused kernel is used"
-    monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", "torch")
-    assert not uses_cpu_kernel(torch.zeros(1)), "NDR_GEOMETRIC_KERNEL=torch selects the PyTorch path"
+    assert not uses_cpu_kernel(torch.zeros(1), kernel="torch"), "kernel='torch' selects the PyTorch path"
     assert not uses_cpu_kernel(torch.zeros(1, device="meta")), "only CPU tensors ever go to the kernel"
 
 
@@ -84,16 +85,14 @@ def test_without_the_kernel_source_the_torch_path_is_used(monkeypatch, tmp_path)
     was asked for."""
     monkeypatch.setattr(geometric, "KERNEL_SOURCE_FILE", str(tmp_path / "missing.cpp"))
     monkeypatch.setattr(geometric, "_kernel_state", {})
-    monkeypatch.delenv("NDR_GEOMETRIC_KERNEL", raising=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_cpu_kernel() is None and not uses_cpu_kernel(torch.zeros(1))
     logits = torch.randn(2, 1, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(geometric_attention_weights(logits), brute_force_geometric_attention(logits))
     monkeypatch.setattr(geometric, "_kernel_state", {})
-    monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", "cpu")
-    with pytest.raises(RuntimeError, match="NDR_GEOMETRIC_KERNEL=cpu but the CPU kernel did not build"):
-        load_cpu_kernel()
+    with pytest.raises(RuntimeError, match="kernel='cpu' but the CPU kernel did not build"):
+        geometric_attention_weights(logits, kernel="cpu")
 
 
 def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_process(monkeypatch, tmp_path, caplog):
@@ -137,9 +136,11 @@ def test_weights_and_direction_terms_equal_the_brute_force(implementation, n):
     logits = 2 * torch.randn(3, 2, n, n, generator=generator, dtype=torch.float64)
     left, right = direction_terms(3, 2, n, seed=n)
     mask = random_mask(3, n, seed=n)
-    fast = geometric_attention_weights(logits, mask, left=left, right=right)
+    fast = geometric_attention_weights(logits, mask, left=left, right=right, kernel=KERNEL[implementation])
     torch.testing.assert_close(fast, brute_force_with_direction(logits, left, right, mask), atol=1e-12, rtol=1e-10)
-    single = geometric_attention_weights(logits.float(), mask, left=left.float(), right=right.float())
+    single = geometric_attention_weights(
+        logits.float(), mask, left=left.float(), right=right.float(), kernel=KERNEL[implementation]
+    )
     assert single.dtype == torch.float32
     torch.testing.assert_close(single.double(), fast, atol=2e-6, rtol=1e-5, msg="float32 agrees with float64")
 
@@ -150,12 +151,13 @@ def test_gradcheck_float64(implementation):
     left, right = (t.requires_grad_() for t in direction_terms(2, 2, 6, seed=1))
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1]])
     assert torch.autograd.gradcheck(
-        lambda z, a, b: geometric_attention_weights(z, mask, left=a, right=b), (logits, left, right)
+        lambda z, a, b: geometric_attention_weights(z, mask, left=a, right=b, kernel=KERNEL[implementation]),
+        (logits, left, right),
     )
 
 
 @needs_compiler
-def test_kernel_and_torch_path_gradients_agree(monkeypatch):
+def test_kernel_and_torch_path_gradients_agree():
     generator = torch.Generator().manual_seed(3)
     logits = 3 * torch.randn(4, 3, 13, 13, generator=generator)
     left, right = direction_terms(4, 3, 13, seed=4, dtype=torch.float32)
@@ -163,9 +165,8 @@ def test_kernel_and_torch_path_gradients_agree(monkeypatch):
     upstream = torch.randn(4, 3, 13, 13, generator=generator)
     grads = {}
     for mode in ("cpu", "torch"):
-        monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", mode)
         inputs = [t.clone().requires_grad_() for t in (logits, left, right)]
-        weights = geometric_attention_weights(inputs[0], mask, left=inputs[1], right=inputs[2])
+        weights = geometric_attention_weights(inputs[0], mask, left=inputs[1], right=inputs[2], kernel=mode)
         (weights * upstream).sum().backward()
         grads[mode] = (weights.detach(), *(t.grad for t in inputs))
     for fast, reference, name in zip(grads["cpu"], grads["torch"], ("weights", "logits", "left", "right")):
@@ -182,7 +183,7 @@ def test_plus_and_minus_infinity_at_every_position_give_finite_weights_and_gradi
                 logits = base.clone()
                 logits[i, j] = sign * float("inf")
                 logits = logits.view(1, 1, n, n).requires_grad_()
-                weights = geometric_attention_weights(logits)
+                weights = geometric_attention_weights(logits, kernel=KERNEL[implementation])
                 where = f"logit {sign:+d}inf at ({i}, {j})"
                 assert torch.isfinite(weights).all(), f"{where}: the weights must be finite"
                 torch.testing.assert_close(weights, brute_force_geometric_attention(logits.detach()), msg=where)
@@ -193,7 +194,7 @@ def test_plus_and_minus_infinity_at_every_position_give_finite_weights_and_gradi
 def test_infinite_logit_behind_a_closer_key_is_the_documented_smallest_case(implementation):
     logits = torch.zeros(1, 1, 3, 3)
     logits[0, 0, 2, 0] = float("inf")
-    row = geometric_attention_weights(logits)[0, 0, 2]
+    row = geometric_attention_weights(logits, kernel=KERNEL[implementation])[0, 0, 2]
     torch.testing.assert_close(row, torch.tensor([0.5, 0.5, 0.0]), msg="key 1 matches half the time, key 0 the rest")
 
 
@@ -210,12 +211,12 @@ def extreme_batches(draws: int, implementation: str):
         low_precision = draw % 4 >= 2
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low_precision):
             given = logits.to(torch.bfloat16) if low_precision else logits
-            weights = geometric_attention_weights(given, mask)
+            weights = geometric_attention_weights(given, mask, kernel=KERNEL[implementation])
         what = f"draw {draw} (n={n}, scale {scale:g}, {'bf16' if low_precision else 'fp32'})"
         assert weights.dtype == torch.float32, f"{what}: computed in float32"
         assert torch.isfinite(weights).all(), f"{what}: weights must be finite"
         assert (weights.sum(-1) <= 1 + 1e-5).all(), f"{what}: a row sums to at most 1"
-        reference = geometric_attention_weights(given.detach().double(), mask)
+        reference = geometric_attention_weights(given.detach().double(), mask, kernel=KERNEL[implementation])
         worst = max(worst, (weights.double() - reference).abs().max().item())
         weights.sum().backward()
         assert torch.isfinite(logits.grad).all(), f"{what}: gradients must be finite"
@@ -236,14 +237,17 @@ def test_float64_reference_of_extreme_batches_equals_the_brute_force(implementat
     for scale in (30.0, 1e4):
         logits = scale * torch.randn(2, 2, 7, 7, generator=generator, dtype=torch.float64)
         torch.testing.assert_close(
-            geometric_attention_weights(logits), brute_force_geometric_attention(logits), atol=1e-12, rtol=1e-9
+            geometric_attention_weights(logits, kernel=KERNEL[implementation]),
+            brute_force_geometric_attention(logits),
+            atol=1e-12,
+            rtol=1e-9,
         )
 
 
 def test_weights_below_the_smallest_normal_float_are_exactly_zero(implementation):
     # 40 keys, each matching with probability 0.9: the farthest keys get weights around 1e-40
     logits = torch.full((1, 1, 40, 40), 2.2)
-    weights = geometric_attention_weights(logits)
+    weights = geometric_attention_weights(logits, kernel=KERNEL[implementation])
     tiny = torch.finfo(torch.float32).tiny
     assert ((weights == 0) | (weights >= tiny)).all(), "denormal weights slow the matrix products that follow"
     assert (weights == 0).any() and (weights > 0).sum() > 40, "only the vanishing weights are flushed"
@@ -287,8 +291,7 @@ def deterministic_algorithms():
         torch.use_deterministic_algorithms(before)
 
 
-def test_the_torch_path_is_deterministic_under_torch_deterministic_algorithms(monkeypatch):
-    monkeypatch.setenv("NDR_GEOMETRIC_KERNEL", "torch")
+def test_the_torch_path_is_deterministic_under_torch_deterministic_algorithms():
     logits = torch.randn(2, 2, 9, 9, generator=torch.Generator().manual_seed(1))
     left, right = direction_terms(2, 2, 9, seed=2, dtype=torch.float32)
     mask = random_mask(2, 9, seed=3)
@@ -296,7 +299,9 @@ def test_the_torch_path_is_deterministic_under_torch_deterministic_algorithms(mo
     with deterministic_algorithms():
         for _ in range(2):
             inputs = [t.clone().requires_grad_() for t in (logits, left, right)]
-            geometric_attention_weights(inputs[0], mask, left=inputs[1], right=inputs[2]).pow(2).sum().backward()
+            geometric_attention_weights(inputs[0], mask, left=inputs[1], right=inputs[2], kernel="torch").pow(
+                2
+            ).sum().backward()
             gradients.append([t.grad for t in inputs])
     for first, second in zip(*gradients):
         assert torch.equal(first, second)
@@ -316,3 +321,31 @@ def test_under_autocast_the_weights_are_float32_without_asking_torch_at_each_cal
         weights = geometric_attention_weights(logits.to(torch.bfloat16), kernel="auto")
     assert weights.dtype == torch.float32
     torch.testing.assert_close(weights, geometric_attention_weights(logits.to(torch.bfloat16).float()))
+
+
+def test_attn_implementation_chooses_the_kernel_at_load_and_changes_no_number(tmp_path):
+    """transformers' `attn_implementation` is the one switch: `eager` (the default: the CPU kernel where it builds),
+    `ndr_torch` and `ndr_triton` (registered with transformers); it is not saved, and the logits agree."""
+    from tiny import random_ids, tiny_config
+
+    from modeling_ndr import NDRForSequenceClassification
+
+    torch.manual_seed(0)
+    model = NDRForSequenceClassification(tiny_config()).eval()
+    assert model.config._attn_implementation == "eager"
+    model.save_pretrained(tmp_path)
+    assert "attn" not in (tmp_path / "config.json").read_text(), "chosen at load, never part of the model"
+    ids = random_ids(2, 9, seed=1)
+    logits = {}
+    for name in geometric.ATTENTION_KERNELS:
+        loaded = NDRForSequenceClassification.from_pretrained(tmp_path, attn_implementation=name).eval()
+        assert loaded.config._attn_implementation == name
+        logits[name] = loaded(ids).logits
+    for name, values in logits.items():
+        torch.testing.assert_close(values, logits["eager"], atol=1e-5, rtol=1e-4, msg=name)
+    model.set_attn_implementation("ndr_torch")
+    assert geometric.attention_kernel(model.config._attn_implementation) == "torch"
+    with pytest.raises(ValueError, match="does not support an attention implementation through .*scaled_dot_product"):
+        NDRForSequenceClassification.from_pretrained(tmp_path, attn_implementation="sdpa")
+    with pytest.raises(ValueError, match="not one the NDR has: expected one of 'eager', 'ndr_torch', 'ndr_triton'"):
+        geometric.attention_kernel("flex_attention")

@@ -1,6 +1,6 @@
 """The Triton kernels of geometric attention (`modeling_ndr.geometric_ndr_triton`) against the PyTorch path and the
 definition: weights and gradients, odd lengths, padding (a fully padded row too), the direction terms, bfloat16
-logits, ±inf, and the model with `geometric_attention_kernel="triton"`.
+logits, ±inf, and the model with `attn_implementation="ndr_triton"`.
 
 Without a GPU they run in Triton's interpreter (conftest sets `TRITON_INTERPRET=1`), which executes a kernel with numpy
 one program at a time: the sizes are small and most tests shrink the kernels' tiles to 4 x 4, so that a length of 13
@@ -188,14 +188,14 @@ def test_geometric_attention_weights_dispatches_to_the_kernel_where_it_runs():
 @pytest.mark.parametrize("variant", [{}, {"normalize_attention": True, "copy_gate": False}], ids=["ndr", "geom_att"])
 def test_the_model_computes_the_same_with_the_triton_kernel(small_tiles, variant):
     """A training forward and backward of the NDR (and of "+geom. att.", whose rows are L1-normalised after the
-    kernel) with geometric_attention_kernel="triton" against the default: logits, loss and every gradient."""
+    kernel) with attn_implementation="ndr_triton" against the default: logits, loss and every gradient."""
     input_ids, mask = random_batch(batch=2, seq=7)
     mask[1, 5:] = 0  # padding
     labels = torch.tensor([0, 2])
     results = []
-    for kernel in ("auto", "triton"):
+    for implementation in ("eager", "ndr_triton"):
         torch.manual_seed(0)
-        config = tiny_config(geometric_attention_kernel=kernel, hidden_dropout_prob=0.1, **variant)
+        config = tiny_config(attn_implementation=implementation, hidden_dropout_prob=0.1, **variant)
         model = NDRForSequenceClassification(config).to(DEVICE).train()
         torch.manual_seed(1)  # the same dropout masks
         output = model(input_ids.to(DEVICE), attention_mask=mask.to(DEVICE), labels=labels.to(DEVICE))
@@ -242,5 +242,5 @@ def test_without_triton_the_model_warns_and_uses_the_pytorch_path(monkeypatch, c
         geometric_attention_weights(logits, kernel="triton"), geometric_attention_torch(logits), atol=1e-6, rtol=1e-5
     )
     with caplog.at_level(logging.WARNING, logger="modeling_ndr.attention_ndr"):
-        NDRForSequenceClassification(tiny_config(geometric_attention_kernel="triton"))
+        NDRForSequenceClassification(tiny_config(attn_implementation="ndr_triton"))
     assert "triton is not installed" in caplog.text, "a model that asks for the kernel says why it does not get it"

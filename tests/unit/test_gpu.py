@@ -55,16 +55,14 @@ def device(monkeypatch) -> torch.device:
 @contextlib.contextmanager
 def device_kernel(device: torch.device):
     """On the device side of a comparison, geometric attention takes the path that device takes: the PyTorch path
-    (on the CPU the kernel would otherwise be compared with itself)."""
-    before = os.environ.get("NDR_GEOMETRIC_KERNEL")
-    os.environ["NDR_GEOMETRIC_KERNEL"] = "torch"
+    (on the CPU the kernel would otherwise be compared with itself), in every call and every model, as
+    `kernel="torch"` and `attn_implementation="ndr_torch"` would ask for it."""
+    chosen = geometric.uses_cpu_kernel
+    geometric.uses_cpu_kernel = lambda tensor, kernel="auto": False
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("NDR_GEOMETRIC_KERNEL")
-        else:
-            os.environ["NDR_GEOMETRIC_KERNEL"] = before
+        geometric.uses_cpu_kernel = chosen
 
 
 def padded_batch(batch=5, seq=9, seed=0):
@@ -145,7 +143,6 @@ def test_device_tensors_never_reach_the_cpu_kernel(device, monkeypatch):
         raise AssertionError("the CPU kernel was called with non-CPU tensors")
 
     monkeypatch.setattr(geometric, "_geometric_attention_cpu", refuse)
-    monkeypatch.delenv("NDR_GEOMETRIC_KERNEL", raising=False)
     assert not geometric.uses_cpu_kernel(torch.zeros(1, device=other))
     weights = geometric_attention_weights(random_logits(7, seed=3).to(other), random_mask(7).to(other))
     assert weights.device.type == other.type and weights.shape == (2, 3, 7, 7)

@@ -15,6 +15,7 @@ import types
 
 import pytest
 import torch
+from official import OFFICIAL_VARIANTS, official_config, official_tokenizer, official_vocabulary
 from official_helpers import (
     build_official_model,
     normalized_row_sums,
@@ -27,7 +28,6 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from modeling_ndr import NDRForSequenceClassification
 from modeling_ndr.training.errors import exit_on_usage_error
-from modeling_ndr.training.official import OFFICIAL_VARIANTS, official_config, official_tokenizer, official_vocabulary
 
 
 CTL_TEXTS = ["101 c b a", "000 k", "111 a b c d e f g h", "010 j"]  # the official format: ctl.reversed=1

@@ -6,8 +6,9 @@ stop signals its parent receives.
     result = run_process(["python", "training/train.py", ...], log_path="train.log", limit=600, grace=120)
     result.returncode, result.timed_out, result.seconds
 
-This module uses the standard library only: `hub_cards/gpu_session.py` loads it by path on a machine where nothing
-is installed yet.
+A module of the checkout's scripts, not of the package (`training/compare_runs.py`, `training/run_in_chunks.py`, the
+release lines of `hub_cards/`). It uses the standard library only: `hub_cards/gpu_session.py` loads it by path on a
+machine where nothing is installed yet.
 """
 
 import dataclasses

@@ -30,24 +30,23 @@ buffers are unused by the official forward and not converted.
 """
 
 import hashlib
-import importlib.resources
 import json
 import os
 
 import torch
 from huggingface_hub import ModelCard, ModelCardData
 
-from ..configuration_ndr import NDRConfig
-from ..modeling_ndr import NDRForSequenceClassification
-from ..tokenization_ndr import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, UNK_TOKEN, word_level_tokenizer
-from .atomic import atomic_folder, check_replaceable
-from .errors import UsageError, first_line
-from .export import EXPORT_FILES, VARIANT_FIELDS, variant_description
-from .presets import read_variant
+from modeling_ndr.configuration_ndr import NDRConfig
+from modeling_ndr.modeling_ndr import NDRForSequenceClassification
+from modeling_ndr.tokenization_ndr import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, UNK_TOKEN, word_level_tokenizer
+from modeling_ndr.training.atomic import atomic_folder, check_replaceable
+from modeling_ndr.training.errors import UsageError, first_line
+from modeling_ndr.training.export import EXPORT_FILES, VARIANT_FIELDS, variant_description
+from modeling_ndr.training.presets import read_variant
 
 
 OFFICIAL_REPOSITORY = "https://github.com/RobertCsordas/ndr"
-CARD_TEMPLATE = str(importlib.resources.files("modeling_ndr") / "templates" / "official_model_card_template.md")
+CARD_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "official_model_card_template.md")
 # `state` of a checkpoint is this class, a dict subclass: read as a dict, nothing of it is imported
 DOTDICT = "framework.data_structures.dotdict.DotDict"
 
