@@ -97,8 +97,8 @@ CPU_ENV = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
 RELEASES = {
     # Both CTL directions come from the ~30-minute recipe (README): forward 0.995, backward 0.996 on ood_test, where
     # make demo (ctl_cpu, ~10 minutes) gives forward 0.87-0.98 depending on where it stops, and backward chance.
-    # They are make demo-forward-long and make demo-backward-long (their run records name the preset by its old name,
-    # ctl_backward_cpu_long).
+    # They are make demo-forward-long and make demo-backward-long (the preset was called ctl_backward_cpu_long when
+    # they trained; their run records name it by its name now, the recipe unchanged).
     "ndr-ctl-forward": Release("ctl_cpu_long", "ctl_forward_cpu_long", "forward"),
     "ndr-ctl-backward": Release("ctl_cpu_long", "ctl_backward_cpu_long", "backward"),
     "ndr-arithmetic": Release("arithmetic_cpu", "arithmetic_cpu"),

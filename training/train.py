@@ -88,6 +88,7 @@ from modeling_ndr.training.data import cache_files, check_encoded
 from modeling_ndr.training.devices import gpu_preset_on_cpu, precision_note
 from modeling_ndr.training.export import EXPORT_FILES
 from modeling_ndr.training.locking import lock_output_dir
+from modeling_ndr.training.preemption import RunFinished, finish_resumed_run
 from modeling_ndr.training.sampling import resolve_sample_shares
 from modeling_ndr.training.schedules import PonderWeightSchedule
 from modeling_ndr.training.stopping import StopAtAccuracy, parse_stop_at_accuracy
@@ -333,7 +334,11 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         started = time.perf_counter()
         if cpu_kernel_available():  # else the library has said why, and the PyTorch path computes the same weights
             logger.info("kernel ready after %.1f s; training", time.perf_counter() - started)
-    train_result = trainer.train(resume_from_checkpoint=resume)
+    try:
+        train_result = trainer.train(resume_from_checkpoint=resume)
+    except RunFinished as finished:  # resumed at its last step (killed during its evaluation or export)
+        logger.info("%s: evaluating and exporting the finished run", finished)
+        train_result = finish_resumed_run(trainer, time_box)
     time_box.raise_if_stopped()  # stopped before the last step: the checkpoint is saved, nothing else to do
     trainer.log_metrics("train", train_result.metrics)
     trainer.save_metrics("train", train_result.metrics)

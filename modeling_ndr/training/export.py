@@ -22,6 +22,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification
 from ..tables import markdown_table, per_token_results
 from ..tasks import TOKEN_TASK_NAMES
+from ..tasks.ctl import CTL_SYMBOLS, ctl_sample, ctl_tables, ctl_text_in_direction
 from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
 from .atomic import atomic_folder, check_replaceable
@@ -227,6 +228,9 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         for split, values in eval_results.items()
     ]
     example = run_config.get("example") or {"text": "", "label": ""}
+    # a token model's example: the words it answers (the others' labels are None) and their answers
+    answered = [i for i, label in enumerate(example["label"]) if label is not None] if per_token else []
+    task_name = None if own_data_name(task) or not task else task.get("task") or "ctl"
     adaptive_card = adaptive.card_values(config, run_config, eval_results)
     return ModelCard.from_template(
         card_data,
@@ -261,8 +265,24 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         adaptive=adaptive_card,
         example_text=example["text"],
         example_label=example["label"],
+        example_answered=answered if per_token and len(answered) < len(example["label"]) else None,
+        example_answer=[example["label"][i] for i in answered] if per_token else example["label"],
+        task_name=task_name,
+        ctl_examples=ctl_examples(task) if task_name == "ctl" else [],
+        direction=task.get("direction") or "forward",
         per_token=per_token,
     )
+
+
+def ctl_examples(task: dict) -> list[tuple[str, str]]:
+    """Three compositions of a CTL run's task (the functions of its `task_seed`, its direction), with their answers,
+    for the card's "Input and output"."""
+    tables = ctl_tables(task.get("task_seed") or 0)
+    examples = []
+    for symbol, functions in (("101", "d"), ("000", "a b"), ("110", "c a b")):
+        text, value = ctl_sample(tables, int(symbol, 2), tuple(functions.split()))
+        examples.append((ctl_text_in_direction(text, task.get("direction") or "forward"), CTL_SYMBOLS[value]))
+    return examples
 
 
 def head_class(folder: str) -> type:

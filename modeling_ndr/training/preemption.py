@@ -31,7 +31,10 @@ import signal
 import time
 
 import torch
+from safetensors.torch import load_file
 from transformers import TrainerCallback
+from transformers.trainer_utils import TrainOutput
+from transformers.utils import SAFE_WEIGHTS_NAME
 
 from .errors import UsageError
 
@@ -47,6 +50,12 @@ CLOCK_KEY = "ndr_training_clock"
 # why a process wants to stop, in increasing priority: the all-reduce keeps the largest code, so every process reports
 # the same reason
 REASONS = ("", "max_chunk_steps", "max_wall_minutes", *STOP_SIGNALS)
+
+
+class RunFinished(Exception):
+    """Raised at the start of `Trainer.train` when the checkpoint it resumed from is the run's last step (a run killed
+    during its final evaluation or export): there is nothing to train, and Trainer's epoch loop would train one step
+    past `max_steps` where that falls mid-epoch. `finish_resumed_run` ends training instead."""
 
 
 class TrainingStopped(Exception):
@@ -135,6 +144,9 @@ class TimeBoxCallback(TrainerCallback):
         clock = (state.stateful_callbacks or {}).get(CLOCK_KEY) or {}
         self.previous_seconds = float(clock.get("seconds", 0.0)) if state.global_step else 0.0
         self.chunks = int(clock.get("chunks", 0)) + 1 if state.global_step else 1
+        if state.global_step and state.global_step >= state.max_steps:
+            self._train_start, self.chunks = None, self.chunks - 1  # no chunk of training: the clock stands
+            raise RunFinished(f"resumed at step {state.global_step} of {state.max_steps}: nothing left to train")
         self._group = _stop_flag_group(args)
         if state.is_world_process_zero:  # a stale marker would make a driver take a later failure for a stop
             _remove(os.path.join(args.output_dir, STOPPED_FILE))
@@ -222,6 +234,26 @@ class TimeBoxCallback(TrainerCallback):
         """Raise `TrainingStopped` if training stopped before its last step (call it after `trainer.train()`)."""
         if self.stopped:
             raise TrainingStopped(self.stop_step, self.stop_reason, self.checkpoint)
+
+
+def finish_resumed_run(trainer, time_box: "TimeBoxCallback") -> TrainOutput:
+    """What `Trainer.train` would have returned for a run resumed from its last step (`RunFinished`): the model
+    holding the best checkpoint's weights where `load_best_model_at_end` asks for them (Trainer has loaded the last
+    step's), and the run's training time so far.
+
+    Args:
+        trainer: the run's Trainer, its `state` the checkpoint's (Trainer restored it before `on_train_begin`).
+        time_box: the run's `TimeBoxCallback`, its clock read from the checkpoint.
+
+    Returns:
+        A `TrainOutput` (`metrics["train_runtime"]`: the training seconds of all chunks).
+    """
+    best = trainer.state.best_model_checkpoint
+    if trainer.args.load_best_model_at_end and best and os.path.isfile(os.path.join(best, SAFE_WEIGHTS_NAME)):
+        logger.info("resumed at the last step: the best checkpoint's weights (%s) as training would end", best)
+        trainer.model.load_state_dict(load_file(os.path.join(best, SAFE_WEIGHTS_NAME)))
+    metrics = {"train_runtime": round(time_box.training_seconds, 4)}
+    return TrainOutput(trainer.state.global_step, 0.0, metrics)
 
 
 def _stop_flag_group(args):

@@ -121,11 +121,11 @@ class NDRTrainer(Trainer):
     into its own folder, as Trainer does). Trainer creates the repository when it is built (`--hub_model_id`, else
     the output folder's name in your namespace; `--hub_token`, `--hub_private_repo`), so a bad token fails at once.
 
-    Ties go to the latest checkpoint through a callback (`LatestBestOnTies`). Three private Trainer methods are
-    overridden, for want of a public hook (docs/contributing.md lists them and why): `_get_train_sampler`,
-    `_push_from_checkpoint` and `_init_training_state` (a run resumed from its final checkpoint trains no step more);
-    tests/unit/test_trainer.py pins their signatures and behaviour, so a transformers release that
-    changes them fails there.
+    Ties go to the latest checkpoint through a callback (`LatestBestOnTies`); a run resumed from its final checkpoint
+    trains no step more through another (`TimeBoxCallback` raises `RunFinished` when training begins). Two private
+    Trainer methods are overridden, for want of a public hook (docs/contributing.md lists them and why):
+    `_get_train_sampler` and `_push_from_checkpoint`; tests/unit/test_trainer.py pins their signatures and behaviour,
+    so a transformers release that changes them fails there.
 
     Args:
         balance_depths: draw training samples uniformly over the `depth` column (see `balanced_sampler`).
@@ -155,17 +155,6 @@ class NDRTrainer(Trainer):
             return super()._get_train_sampler(train_dataset)
         return balanced_sampler(train_dataset or self.train_dataset, self.args, self.balance_depths,
                                 self.balance_operators, self.sample_shares)  # fmt: skip
-
-    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
-                             trial):  # fmt: skip
-        epochs_trained, steps_trained = super()._init_training_state(
-            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
-        )
-        if resume_from_checkpoint is not None and self.state.global_step >= max_steps:
-            # resumed from the run's last checkpoint (killed during its final evaluation or export): nothing is left
-            # to train, and Trainer's epoch loop would train one step more before its first check of max_steps
-            return num_train_epochs, 0
-        return epochs_trained, steps_trained
 
     def get_decay_parameter_names(self, model) -> list[str]:
         return [name for name, _ in model.named_parameters()]

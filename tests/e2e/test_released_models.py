@@ -7,6 +7,10 @@ compositions of 11 and 12 functions are checked as well)."""
 import json
 import math
 import os
+import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,7 @@ from adaptive_study import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, choose_thres
 from hub_cache import install_in_hub_cache
 from huggingface_hub import ModelCard
 from scripts import load_script
+from task_reference import evaluate_arithmetic, evaluate_ctl, evaluate_listops
 from transformers import (
     AutoModel,
     AutoModelForSequenceClassification,
@@ -32,7 +37,7 @@ from modeling_ndr import (
     load_token_task,
     task_label_names,
 )
-from modeling_ndr.tasks import ctl_compositions, encode_token_rows, split_depths
+from modeling_ndr.tasks import ctl_compositions, ctl_tables, encode_token_rows, split_depths
 from modeling_ndr.training.evaluation import predict
 from modeling_ndr.training.export import head_class
 
@@ -300,3 +305,111 @@ def test_the_pipeline_names_words_the_released_model_has_never_seen():
     with pytest.raises(UnknownWordsError, match=r"'5', '7', '\+', '6', '8'; it reads texts like '00 21 52"):
         label("5 7 + 6 8")
     assert [row["entity"] for row in label("00 56 78")][:3], "a text of its own words is answered"
+
+
+# Runs every card's first Python block in a Python where `modeling_ndr` cannot be imported, against what `make
+# push-release` uploads (installed as `ORG/name` in an offline hub cache); prints one JSON object per card: the
+# lines it printed, or its error.
+RUN_CARD_SNIPPETS = textwrap.dedent(
+    """
+    import contextlib, io, json, sys
+    sys.modules["modeling_ndr"] = None  # the package is not importable here: the cards say none is needed
+    for name, code in json.loads(open(sys.argv[1]).read()).items():
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                exec(compile(code, f"{name}/README.md", "exec"), {"__name__": "__card__"})
+            print(json.dumps({"name": name, "lines": printed.getvalue().splitlines()}))
+        except Exception as error:  # noqa: BLE001 - reported per card
+            print(json.dumps({"name": name, "error": f"{type(error).__name__}: {error}"}))
+    """
+)
+
+
+def card_snippet(folder: Path) -> str:
+    """The first Python block of a card's `## Usage` section: what a user copies."""
+    usage = (folder / "README.md").read_text().split("## Usage", 1)[1]
+    return usage.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def expected_prints(code: str) -> dict[int, str]:
+    """`{index of the print among the block's prints: what its `# expected: ...` comment says}`."""
+    prints = [line for line in code.splitlines() if line.lstrip().startswith("print(")]
+    return {i: line.split("# expected: ", 1)[1].strip() for i, line in enumerate(prints) if "# expected: " in line}
+
+
+@pytest.fixture(scope="module")
+def card_runs(tmp_path_factory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("cards")
+    done = subprocess.run([sys.executable, str(REPO / "hub_cards" / "make_model_repos.py"), "--stage",
+                           str(root / "stage")], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    hf_home = root / "hf_home"
+    for folder in MODELS:
+        install_in_hub_cache(str(root / "stage" / folder.name), f"{ORG}/{folder.name}", str(hf_home))
+    (root / "snippets.json").write_text(json.dumps({folder.name: card_snippet(folder) for folder in MODELS}))
+    env = dict(os.environ, HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    ran = subprocess.run([sys.executable, "-c", RUN_CARD_SNIPPETS, str(root / "snippets.json")], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    runs = [json.loads(line) for line in ran.stdout.splitlines() if line.startswith('{"name"')]
+    return {run["name"]: run for run in runs}
+
+
+@pytest.mark.parametrize("folder", MODELS, ids=[path.name for path in MODELS])
+def test_the_card_s_snippet_runs_as_written_and_prints_what_the_card_says(folder, card_runs):
+    """The card's code, as a user copies it, from the Hub id the card names (the staged upload, offline): it runs
+    without the package, and each print marked `# expected:` prints that (the model's answer to the card's example);
+    the example is one of the card's "Input and output" format."""
+    code = card_snippet(folder)
+    assert f'"{ORG}/{folder.name}"' in code, "the snippet loads the Hub id the card is for"
+    run = card_runs[folder.name]
+    assert "error" not in run, run.get("error")
+    expected = expected_prints(code)
+    assert expected, "the card says what its example gives"
+    for index, value in expected.items():
+        assert run["lines"][index] == value, f"print {index}: {run['lines'][index]!r}, the card says {value!r}"
+    assert "## Input and output" in (folder / "README.md").read_text(), "the card says what the model reads"
+
+
+def input_output_rows(text: str) -> list[tuple[str, str]]:
+    """The `| `input` | `answer` |` rows of a card's "Input and output" section (or of a template's branch)."""
+    section = text.split("## Input and output", 1)[-1].split("## Usage", 1)[0]
+    return re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|$", section, flags=re.MULTILINE)
+
+
+def task_answer(task: dict, text: str) -> str:
+    """The answer of `text` in `task`'s format, computed here from the task's definition (tests/task_reference.py
+    for the paper's tasks; plain integer arithmetic for the token tasks)."""
+    name, words = task.get("task") or "ctl", text.split(" ")
+    if name == "ctl":
+        return f"{evaluate_ctl(text, ctl_tables(task.get('task_seed') or 0))[0]:03b}"
+    if name in ("listops", "arithmetic"):
+        return str((evaluate_listops if name == "listops" else evaluate_arithmetic)(text)[0])
+    if name in ("copy", "reverse"):
+        symbols = words[: words.index("=")]
+        return " ".join(symbols if name == "copy" else symbols[::-1])
+    if name == "addition":
+        first, second = "".join(words[: words.index("+")]), "".join(words[words.index("+") + 1 : words.index("=")])
+        return " ".join(str(int(first) + int(second)).zfill(words.count("_")))
+    first, second = "".join(w[0] for w in words[1:]), "".join(w[1] for w in words[1:])  # carry: `00`, then pairs
+    return " ".join(str(int(first) + int(second)).zfill(len(words)))
+
+
+@pytest.mark.parametrize("folder", MODELS, ids=[path.name for path in MODELS])
+def test_the_card_s_input_and_output_examples_are_the_task_s_answers(folder):
+    task = json.loads((folder / "run_config.json").read_text())["task"]
+    rows = input_output_rows((folder / "README.md").read_text())
+    assert len(rows) >= 2, "two or three examples"
+    for text, answer in rows:
+        assert task_answer(task, text) == answer, f"{text!r}: the card says {answer!r}"
+
+
+def test_the_template_s_examples_of_the_string_addition_task_are_its_answers():
+    """The one task without a release: its examples are checked in the template itself."""
+    template = (REPO / "modeling_ndr" / "templates" / "model_card_template.md").read_text()
+    branch = template.split('task_name == "addition"', 1)[1].split("{%- elif", 1)[0]
+    rows = input_output_rows("## Input and output" + branch)
+    assert len(rows) >= 2
+    for text, answer in rows:
+        assert task_answer({"task": "addition"}, text) == answer, text

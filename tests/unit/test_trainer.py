@@ -29,20 +29,12 @@ def tiny_trainer(tmp_path, train_dataset=None, **args) -> NDRTrainer:
 
 
 def test_the_overridden_private_methods_keep_their_signatures():
-    """NDRTrainer overrides `_get_train_sampler(train_dataset)`, `_push_from_checkpoint(checkpoint_folder)` and
-    `_init_training_state(...)`, and its `save_model` passes `_internal_call`: if transformers renames them or changes
-    their parameters, the overrides would silently stop being called (docs/contributing.md lists them)."""
+    """NDRTrainer overrides `_get_train_sampler(train_dataset)` and `_push_from_checkpoint(checkpoint_folder)`, and its
+    `save_model` passes `_internal_call`: if transformers renames them or changes their parameters, the overrides
+    would silently stop being called (docs/contributing.md lists them)."""
     for name, parameters in {
         "_get_train_sampler": ["self", "train_dataset"],
         "_push_from_checkpoint": ["self", "checkpoint_folder"],
-        "_init_training_state": [
-            "self",
-            "max_steps",
-            "num_update_steps_per_epoch",
-            "num_train_epochs",
-            "resume_from_checkpoint",
-            "trial",
-        ],
         "save_model": ["self", "output_dir", "_internal_call"],
     }.items():
         assert callable(getattr(Trainer, name, None)), f"Trainer.{name} is gone: NDRTrainer's override is dead code"
