@@ -135,6 +135,27 @@ def headline(export_dir: str, results: dict, steps: int, precision: str) -> str:
     )
 
 
+def selection_note(raw, training_args) -> str | None:
+    """Your data with depths, its checkpoint not selected on anything: the paper's protocol selects on a held-out split
+    deeper than training and reports a deeper one still. ndr cannot tell which of your splits is held out for that, so
+    it says so, naming the split that looks like one (the shallowest of those whose depths all exceed training's)."""
+    if "depth" not in raw["train"].column_names or training_args.load_best_model_at_end:
+        return None
+    trained = max(raw["train"]["depth"])
+    deeper = {split: min(rows["depth"]) for split, rows in raw.items() if split != "train" and len(rows)}
+    deeper = sorted((depth, split) for split, depth in deeper.items() if depth > trained)
+    if not deeper:
+        return None
+    flags = (f"--eval_strategy steps --eval_steps {training_args.save_steps} --load_best_model_at_end "
+             f"--metric_for_best_model {deeper[0][1]}_accuracy")  # fmt: skip
+    return (
+        f"your data has splits deeper than its training depths (up to {trained}: {', '.join(s for _, s in deeper)}) "
+        "and this run exports its last checkpoint; the paper selects the checkpoint on a held-out deeper split and "
+        f"reports a deeper one. To do so here: {flags}"
+        + ("" if len(deeper) > 1 else " (with one deeper split only, its accuracy is then a selected one: add one)")
+    )
+
+
 def ponder_schedule(config, run_args) -> list:
     """ACT models with --ponder_warmup_loss or --ponder_warmup_steps: the callback that warms up the ponder weight."""
     if config.halting != "act" or (run_args.ponder_warmup_loss is None and not run_args.ponder_warmup_steps):
@@ -199,6 +220,8 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         per_token = data_args.task in TOKEN_TASK_NAMES
         eval_splits = [s for s in TOKEN_SPLIT_NAMES[data_args.task] if s != "train"] if per_token else EVAL_SPLITS
     check_best_metric(training_args, list(eval_splits), given)
+    if raw is not None and (note := selection_note(raw, training_args)):
+        logger.warning(note)
     stop_at_accuracy = []  # --stop_at_accuracy SPLIT=ACCURACY: training ends at the first evaluation reaching it
     if run_args.stop_at_accuracy:
         stop_at_accuracy = [StopAtAccuracy(*parse_stop_at_accuracy(run_args.stop_at_accuracy, list(eval_splits)))]

@@ -10,6 +10,7 @@ import json
 import logging
 import random
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -212,3 +213,24 @@ def test_the_trainer_example_gives_other_labels_a_new_head(monkeypatch, data, ch
     assert "the classification head is new" in caplog.text, caplog.text
     printed = capsys.readouterr().out
     assert all(f"\n{split} " in "\n" + printed for split in ("iid_test", "ood_valid", "ood_test")), printed
+
+
+def test_data_with_deeper_splits_and_no_selection_is_told_how_to_select_on_one(train):
+    """The paper selects the checkpoint on a held-out split deeper than training and reports a deeper one; ndr cannot
+    tell which of your splits is held out, so a run that selects on nothing says how, naming the shallowest deeper
+    split (and warns where there is only one)."""
+    from datasets import Dataset, DatasetDict
+
+    def split(depths):
+        return Dataset.from_dict({"text": ["a"] * len(depths), "label": [0] * len(depths), "depth": depths})
+
+    args = types.SimpleNamespace(load_best_model_at_end=False, save_steps=200)
+    data = DatasetDict(train=split([1, 2, 3]), iid=split([2, 3]), deep=split([4, 5]), deeper=split([6, 7]))
+    note = train.selection_note(data, args)
+    assert "--metric_for_best_model deep_accuracy" in note and "--load_best_model_at_end" in note, note
+    assert "add one" not in note
+    one = DatasetDict(train=split([1, 2]), deep=split([3]))
+    assert "with one deeper split only" in train.selection_note(one, args)
+    assert train.selection_note(DatasetDict(train=split([1, 2]), iid=split([2])), args) is None, "none deeper"
+    selected = types.SimpleNamespace(load_best_model_at_end=True, save_steps=200)
+    assert train.selection_note(data, selected) is None, "selection asked for: nothing to say"
