@@ -29,9 +29,15 @@ def machine() -> dict:
         with open("/proc/cpuinfo") as f:
             names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
         cpu = names[0] if names else cpu
+    flags = set()
+    if os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
     return {
         "date": datetime.date.today().isoformat(),
         "cpu": cpu,
+        # what the kernels and bf16 depend on: AVX2, AVX-512, native bf16 (AVX512-BF16, AMX)
+        "cpu_flags": [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in flags],
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

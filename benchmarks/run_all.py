@@ -79,7 +79,8 @@ def main():
     facts = machine()
     header = (
         f"# ndr benchmarks, {facts['date']}\n\n{facts['cpu']}, {facts['cores']} cores, torch {facts['torch']} "
-        f"({facts['cpu_capability']}), {facts['threads']} threads, load average {facts['load_average']} at the start; "
+        f"({facts['cpu_capability']}; flags {', '.join(facts['cpu_flags']) or 'none of note'}), "
+        f"{facts['threads']} threads, load average {facts['load_average']} at the start; "
         f"geometric attention: {'fused CPU kernel' if training_step.modeling_ndr.geometric_ndr.uses_cpu_kernel(torch.zeros(1)) else 'PyTorch'}"  # noqa: E501
     )
     print(header)
@@ -88,6 +89,9 @@ def main():
     results, sections = {"machine": facts}, [header]
     results["attention"], text = run_part("attention op", attention.main, ["--seq", seq, "--repeats", repeats])
     sections.append("## Attention op\n\n" + text)
+    bf16_args = ["--seq", "13,50" if args.quick else "50,200", "--repeats", repeats, "--dtype", "bf16", "--no-memory"]
+    results["attention_bf16"], text = run_part("attention op in bf16", attention.main, bf16_args)
+    sections.append("## Attention op in bf16\n\n" + text)
     results["training_step"], text = run_part("training step", training_step.main, ["--repeats", repeats])
     sections.append("## Training step\n\n" + text)
     results["adaptive"], text = adaptive_part(args.model, args.out, args.quick)
