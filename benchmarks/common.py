@@ -25,14 +25,13 @@ REFERENCE_COMMIT = "6cddcbd"
 def machine() -> dict:
     """The facts a timing depends on."""
     cpu = platform.processor() or platform.machine()
-    if os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = names[0] if names else cpu
     flags = set()
     if os.path.isfile("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
-            flags = set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+            fields = [line.split(":", 1) for line in f if ":" in line]
+        names = [value.strip() for key, value in fields if key.strip() == "model name"]
+        cpu = names[0] if names else cpu
+        flags = set(next((value.split() for key, value in fields if key.strip() == "flags"), []))
     return {
         "date": datetime.date.today().isoformat(),
         "cpu": cpu,

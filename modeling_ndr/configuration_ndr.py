@@ -19,7 +19,6 @@ POSITION_ENCODINGS = ("direction", "absolute", "relative", "gated", "none")
 ATTENTION_SCORES = ("dot", "metric")  # q.k, or p_i M p_j with one projection per head
 METRIC_TENSORS = ("symmetric", "psd", "diagonal")  # how M is parametrised
 HALTINGS = ("none", "act")
-# What computes geometric attention on a GPU: the PyTorch path, or the fused Triton kernel (the `triton` extra)
 READOUTS = ("first", "last")
 # How the weights start: the NDR release's init, or that of the paper's official code (RobertCsordas/ndr), per variant.
 INIT_STYLES = ("ndr", "official")

@@ -139,14 +139,14 @@ class TimeBoxCallback(TrainerCallback):
     # ---------------------------------------------------------------------------------------------------- callbacks
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._train_start = time.monotonic()
-        self._first_step = state.global_step
         clock = (state.stateful_callbacks or {}).get(CLOCK_KEY) or {}
         self.previous_seconds = float(clock.get("seconds", 0.0)) if state.global_step else 0.0
-        self.chunks = int(clock.get("chunks", 0)) + 1 if state.global_step else 1
-        if state.global_step and state.global_step >= state.max_steps:
-            self._train_start, self.chunks = None, self.chunks - 1  # no chunk of training: the clock stands
+        self.chunks = int(clock.get("chunks", 0)) if state.global_step else 0  # the chunks before this one
+        if state.global_step and state.global_step >= state.max_steps:  # no chunk of training: the clock stands
             raise RunFinished(f"resumed at step {state.global_step} of {state.max_steps}: nothing left to train")
+        self._train_start = time.monotonic()
+        self._first_step = state.global_step
+        self.chunks += 1
         self._group = _stop_flag_group(args)
         if state.is_world_process_zero:  # a stale marker would make a driver take a later failure for a stop
             _remove(os.path.join(args.output_dir, STOPPED_FILE))
