@@ -15,11 +15,11 @@ Three implementations compute the same numbers:
   as the difference of two cumulative sums, which loses all precision when the sums are large and gives NaN at ±inf).
 * a fused CPU kernel (C++, `geometric_ndr_cpu.cpp`, built on first use with `torch.utils.cpp_extension` and registered
   as a CPU-only custom op, `ndr_<id>::geometric_attention`, so `torch.compile` keeps it in the graph): one pass per
-  query row, the scan done as a running product in scan order, and a hand-written backward that keeps only the weights
-  and the logits. It is used for CPU tensors when it builds (a C++ compiler with OpenMP is needed; otherwise, with a
-  warning, the PyTorch path is used). A `trust_remote_code` copy of this file has no `.cpp` next to it (only `.py`
-  files are copied) and uses the PyTorch path. `kernel="torch"` turns the kernel off, `kernel="cpu"` makes a missing
-  or failed build an error.
+  query row, the scan done as a running product in scan order, a hand-written backward that keeps only the weights
+  and the logits, bfloat16 read and written as it is (computed in float32). Used for CPU tensors when it builds (a C++
+  compiler with OpenMP; otherwise, with a warning, the PyTorch path); a `trust_remote_code` copy of this file has no
+  `.cpp` next to it and uses the PyTorch path. `kernel="torch"` turns it off, `kernel="cpu"` makes a failed build an
+  error.
 * fused Triton kernels for CUDA tensors (`geometric_ndr_triton`, forward and backward, float32 inside; they read
   bfloat16 logits as they are), used where `kernel="triton"` is asked for (a model: `attn_implementation=
   "ndr_triton"`) and triton is installed; the PyTorch path stays the GPU default until a GPU measurement says
@@ -51,10 +51,8 @@ logger = logging.getLogger(__name__)
 
 
 def cached_per_length(build):
-    """`build(n, device)`, which makes constant tensors for sequence length `n`, cached per (n, device) in eager mode
-    (every step of every forward asks for the same few) and traced afresh under `torch.compile` (which keeps the result
-    in its graph). The tensors are built outside inference mode, so autograd may save them even if the first call came
-    from `torch.inference_mode()`."""
+    """`build(n, device)` (constant tensors for sequence length `n`) cached per (n, device) in eager mode and traced
+    afresh under `torch.compile`; built outside inference mode, so that autograd may save them."""
 
     @lru_cache(maxsize=64)
     def cached(n: int, device: torch.device):
@@ -408,8 +406,8 @@ def geometric_attention_weights(
             model chooses with `attn_implementation` (`eager`, `ndr_torch`, `ndr_triton`).
 
     Returns:
-        `torch.Tensor` of shape `(batch, heads, seq, seq)`, float32 (float64 for float64 logits): the weights `A`;
-        the diagonal is 0.
+        `torch.Tensor` `(batch, heads, seq, seq)`, the weights `A` (diagonal 0): float32 (float64 for float64 logits;
+        bfloat16 from the CPU kernel for bfloat16 logits under autocast, computed in float32).
     """
     if (left is None) != (right is None):
         raise ValueError("Pass both left and right, or neither.")
@@ -418,6 +416,7 @@ def geometric_attention_weights(
     dtype = torch.promote_types(logits.dtype, torch.float32)
     device_type = logits.device.type
     autocast_off = contextlib.nullcontext()  # devices without autocast (meta) compute in the given dtype anyway
+    under_autocast = _has_autocast(device_type) and torch.is_autocast_enabled(device_type)
     if _has_autocast(device_type):
         autocast_off = torch.autocast(device_type, enabled=False)
     with autocast_off:
@@ -426,13 +425,16 @@ def geometric_attention_weights(
 
             key_valid = None if attention_mask is None else attention_mask != 0
             return geometric_attention_triton(logits, left, right, key_valid)
-        content = logits.to(dtype)
+        # under autocast, bfloat16 logits go to the CPU kernel as they are; it computes in float32 a row at a time and
+        # writes bfloat16, what autocast's product with the values reads: no full-size copy either way
+        as_they_are = under_autocast and logits.dtype == torch.bfloat16 and uses_cpu_kernel(logits, kernel)
+        content, small = (logits, torch.float32) if as_they_are else (logits.to(dtype), dtype)
         if left is not None:
-            left, right = left.to(dtype), right.to(dtype)
+            left, right = left.to(small), right.to(small)
         if uses_cpu_kernel(content, kernel):  # never for CUDA tensors: the op has a CPU implementation only
             if left is None:
-                left = right = content.new_zeros(content.shape[:-1])
-            key_valid = None if attention_mask is None else (attention_mask != 0).to(dtype).contiguous()
+                left = right = content.new_zeros(content.shape[:-1], dtype=small)
+            key_valid = None if attention_mask is None else (attention_mask != 0).to(small).contiguous()
             return _geometric_attention_cpu(content.contiguous(), left.contiguous(), right.contiguous(), key_valid)
         key_valid = None if attention_mask is None else attention_mask != 0
         return geometric_attention_torch(content, left, right, key_valid)

@@ -1,12 +1,14 @@
 // The fused CPU kernel of geometric attention (modeling_ndr/geometric_ndr.py builds it on first use with
 // torch.utils.cpp_extension.load_inline). One pass per query row: P = sigmoid(z) and 1 - P, then the scan in the
-// order i+1, i-1, i+2, i-2, ... as a running product; the backward keeps only the weights and the logits.
+// order i+1, i-1, i+2, i-2, ... as a running product; the backward keeps only the weights and the logits. bfloat16
+// tensors are read and written as they are, a row at a time converted to float to compute (no full-size casts).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 using at::vec::Vectorized;
@@ -56,23 +58,51 @@ static inline void scan_backward(int64_t i, int64_t n, Visit visit) {
   }
 }
 
-template <typename scalar_t>
-static void forward_rows(const scalar_t* content, const scalar_t* left, const scalar_t* right,
-                         const scalar_t* key_valid, scalar_t* weights, int64_t rows, int64_t n, int64_t heads) {
+// A row of `n` values of the tensor's type in a buffer of the computing type: the row itself where the two are the
+// same (float, double), else a float copy (bfloat16: read as it is, computed in float, written back as bfloat16).
+template <typename in_t, typename scalar_t>
+struct RowBuffer {
+  std::vector<scalar_t> storage;
+  explicit RowBuffer(int64_t n) : storage(std::is_same<in_t, scalar_t>::value ? 0 : n) {}
+  const scalar_t* read(const in_t* row, int64_t n) {
+    if constexpr (std::is_same<in_t, scalar_t>::value) {
+      return row;
+    } else {
+      at::vec::convert(row, storage.data(), n);
+      return storage.data();
+    }
+  }
+  scalar_t* target(in_t* row) {
+    if constexpr (std::is_same<in_t, scalar_t>::value) {
+      return row;
+    } else {
+      return storage.data();
+    }
+  }
+  void write(in_t* row, int64_t n) {
+    if constexpr (!std::is_same<in_t, scalar_t>::value) at::vec::convert(storage.data(), row, n);
+  }
+};
+
+template <typename in_t, typename scalar_t>
+static void forward_rows(const in_t* content, const scalar_t* left, const scalar_t* right,
+                         const scalar_t* key_valid, in_t* weights, int64_t rows, int64_t n, int64_t heads) {
   using Vec = Vectorized<scalar_t>;
   at::parallel_for(0, rows, grain_rows(n), [&](int64_t start, int64_t stop) {
     std::vector<scalar_t> no_match_row(n);
+    RowBuffer<in_t, scalar_t> content_row(n), match_row(n);
     scalar_t* no_match = no_match_row.data();
     const scalar_t smallest_normal = std::numeric_limits<scalar_t>::min();
     const Vec zero(0), one(1);
     for (int64_t row = start; row < stop; ++row) {
       const int64_t i = row % n;
       const scalar_t* valid = key_valid ? key_valid + (row / n / heads) * n : nullptr;
-      scalar_t* match = weights + row * n;  // holds P until the scan turns it into A
+      const scalar_t* logits = content_row.read(content + row * n, n);
+      scalar_t* match = match_row.target(weights + row * n);  // holds P until the scan turns it into A
       // P = sigmoid(z) and 1 - P = sigmoid(-z) from one exp: e = exp(-|z|); 1 / (1 + e) and e / (1 + e)
       for (int64_t j = 0; j < n; j += Vec::size()) {
         const int64_t count = std::min<int64_t>(Vec::size(), n - j);
-        Vec z = row_logits(content + row * n, j, count, i, left[row], right[row]);
+        Vec z = row_logits(logits, j, count, i, left[row], right[row]);
         Vec e = (zero - z.abs()).exp();
         Vec large = one / (one + e), small = e * large;
         Vec positive = z >= zero;
@@ -94,25 +124,29 @@ static void forward_rows(const scalar_t* content, const scalar_t* left, const sc
       });
       match[i] = 0;
       at::vec::map([&](Vec a) { return Vec::blendv(zero, a, a >= Vec(smallest_normal)); }, match, match, n);
+      match_row.write(weights + row * n, n);
     }
   });
 }
 
-template <typename scalar_t>
-static void backward_rows(const scalar_t* grad, const scalar_t* weights, const scalar_t* content, const scalar_t* left,
-                          const scalar_t* right, const scalar_t* key_valid, scalar_t* grad_content,
+template <typename in_t, typename scalar_t>
+static void backward_rows(const in_t* grad, const in_t* weights, const in_t* content, const scalar_t* left,
+                          const scalar_t* right, const scalar_t* key_valid, in_t* grad_content,
                           scalar_t* grad_left, scalar_t* grad_right, int64_t rows, int64_t n, int64_t heads) {
   using Vec = Vectorized<scalar_t>;
   at::parallel_for(0, rows, grain_rows(n), [&](int64_t start, int64_t stop) {
     std::vector<scalar_t> farther_row(n);
+    RowBuffer<in_t, scalar_t> grad_row(n), weights_row(n), content_row(n), result_row(n);
     scalar_t* farther_sum = farther_row.data();
     const Vec zero(0), one(1), smallest_normal(std::numeric_limits<scalar_t>::min());
     for (int64_t row = start; row < stop; ++row) {
       const int64_t i = row % n;
       const scalar_t* valid = key_valid ? key_valid + (row / n / heads) * n : nullptr;
-      scalar_t* gc = grad_content + row * n;
+      const scalar_t* logits = content_row.read(content + row * n, n);
+      scalar_t* gc = result_row.target(grad_content + row * n);
       // w_j = dL/d log A_j = grad_j * A_j (kept in gc until the last pass)
-      at::vec::map2([](Vec g, Vec a) { return g * a; }, gc, grad + row * n, weights + row * n, n);
+      at::vec::map2([](Vec g, Vec a) { return g * a; }, gc, grad_row.read(grad + row * n, n),
+                    weights_row.read(weights + row * n, n), n);
       // dL/d log(1 - P_k) = sum of w over the keys scanned after k
       scalar_t farther = 0;
       scan_backward(i, n, [&](int64_t j) {
@@ -124,7 +158,7 @@ static void backward_rows(const scalar_t* grad, const scalar_t* weights, const s
       Vec left_sum(0), right_sum(0);
       for (int64_t j = 0; j < n; j += Vec::size()) {
         const int64_t count = std::min<int64_t>(Vec::size(), n - j);
-        Vec z = row_logits(content + row * n, j, count, i, left[row], right[row]);
+        Vec z = row_logits(logits, j, count, i, left[row], right[row]);
         Vec sig = one / (one + (zero - z).exp());
         Vec gz = load(gc + j, count) * (one - sig) - load(farther_sum + j, count) * sig;
         Vec index = Vec::arange(scalar_t(j), scalar_t(1));
@@ -140,19 +174,28 @@ static void backward_rows(const scalar_t* grad, const scalar_t* weights, const s
       auto add = [](Vec x, Vec y) { return x + y; };
       grad_left[row] = at::vec::vec_reduce_all(add, left_sum);
       grad_right[row] = at::vec::vec_reduce_all(add, right_sum);
+      result_row.write(grad_content + row * n, n);
     }
   });
 }
 
-// content (b, h, n, n), left/right (b, h, n), key_valid (b, n) of 0/1 in content's dtype; all contiguous
+// content (b, h, n, n) float, double or bfloat16 (read as it is, computed in float, written as bfloat16); left/right
+// (b, h, n) and key_valid (b, n) of 0/1 in the computing type (float for bfloat16 content); all contiguous
 torch::Tensor geometric_forward(torch::Tensor content, torch::Tensor left, torch::Tensor right,
                                 c10::optional<torch::Tensor> key_valid) {
   const int64_t n = content.size(-1), heads = content.size(1), rows = content.numel() / n;
   auto weights = torch::empty_like(content);
+  if (content.scalar_type() == at::kBFloat16) {
+    const float* valid = key_valid.has_value() ? key_valid->data_ptr<float>() : nullptr;
+    forward_rows<at::BFloat16, float>(content.data_ptr<at::BFloat16>(), left.data_ptr<float>(),
+                                      right.data_ptr<float>(), valid, weights.data_ptr<at::BFloat16>(), rows, n,
+                                      heads);
+    return weights;
+  }
   AT_DISPATCH_FLOATING_TYPES(content.scalar_type(), "geometric_forward", [&] {
     const scalar_t* valid = key_valid.has_value() ? key_valid->data_ptr<scalar_t>() : nullptr;
-    forward_rows<scalar_t>(content.data_ptr<scalar_t>(), left.data_ptr<scalar_t>(), right.data_ptr<scalar_t>(),
-                           valid, weights.data_ptr<scalar_t>(), rows, n, heads);
+    forward_rows<scalar_t, scalar_t>(content.data_ptr<scalar_t>(), left.data_ptr<scalar_t>(),
+                                     right.data_ptr<scalar_t>(), valid, weights.data_ptr<scalar_t>(), rows, n, heads);
   });
   return weights;
 }
@@ -163,12 +206,21 @@ std::vector<torch::Tensor> geometric_backward(torch::Tensor grad, torch::Tensor 
   const int64_t n = content.size(-1), heads = content.size(1), rows = content.numel() / n;
   auto grad_content = torch::empty_like(content);
   auto grad_left = torch::empty_like(left), grad_right = torch::empty_like(right);
+  if (content.scalar_type() == at::kBFloat16) {
+    const float* valid = key_valid.has_value() ? key_valid->data_ptr<float>() : nullptr;
+    backward_rows<at::BFloat16, float>(grad.data_ptr<at::BFloat16>(), weights.data_ptr<at::BFloat16>(),
+                                       content.data_ptr<at::BFloat16>(), left.data_ptr<float>(),
+                                       right.data_ptr<float>(), valid, grad_content.data_ptr<at::BFloat16>(),
+                                       grad_left.data_ptr<float>(), grad_right.data_ptr<float>(), rows, n, heads);
+    return {grad_content, grad_left, grad_right};
+  }
   AT_DISPATCH_FLOATING_TYPES(content.scalar_type(), "geometric_backward", [&] {
     const scalar_t* valid = key_valid.has_value() ? key_valid->data_ptr<scalar_t>() : nullptr;
-    backward_rows<scalar_t>(grad.data_ptr<scalar_t>(), weights.data_ptr<scalar_t>(), content.data_ptr<scalar_t>(),
-                            left.data_ptr<scalar_t>(), right.data_ptr<scalar_t>(), valid,
-                            grad_content.data_ptr<scalar_t>(), grad_left.data_ptr<scalar_t>(),
-                            grad_right.data_ptr<scalar_t>(), rows, n, heads);
+    backward_rows<scalar_t, scalar_t>(grad.data_ptr<scalar_t>(), weights.data_ptr<scalar_t>(),
+                                      content.data_ptr<scalar_t>(), left.data_ptr<scalar_t>(),
+                                      right.data_ptr<scalar_t>(), valid, grad_content.data_ptr<scalar_t>(),
+                                      grad_left.data_ptr<scalar_t>(), grad_right.data_ptr<scalar_t>(), rows, n,
+                                      heads);
   });
   return {grad_content, grad_left, grad_right};
 }

@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel, geometric_attention_weights
 from modeling_ndr.dropout_ndr import NDRDropout
+from modeling_ndr.geometric_ndr import uses_cpu_kernel
 from modeling_ndr.modeling_ndr import readout_positions
 from modeling_ndr.training.export import head_class
 
@@ -258,12 +259,21 @@ def test_gradient_checkpointing_gives_the_same_gradients(use_reentrant, fields):
         torch.testing.assert_close(p.grad, expected[name], msg=f"checkpointed gradient of {name} differs")
 
 
-def test_bf16_autocast_on_cpu_keeps_geometric_weights_in_float32():
+def test_bf16_autocast_on_cpu_computes_geometric_weights_in_float32():
+    """Under autocast the weights are computed in float32 and handed on as the product with the values reads them:
+    float32 from the PyTorch path, bfloat16 from the CPU kernel (which computes in float32 a row at a time)."""
     model = NDRForSequenceClassification(tiny_config())
     input_ids, mask = random_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(input_ids, attention_mask=mask, labels=torch.zeros(BATCH).long(), output_attentions=True)
-    assert all(a.dtype == torch.float32 for a in out.attentions), "geometric weights must be float32 under autocast"
+        model.set_attn_implementation("ndr_torch")
+        reference = model(input_ids, attention_mask=mask, output_attentions=True)
+        model.set_attn_implementation("eager")
+    handed_on = torch.bfloat16 if uses_cpu_kernel(input_ids.float()) else torch.float32
+    assert all(a.dtype == handed_on for a in out.attentions)
+    assert all(a.dtype == torch.float32 for a in reference.attentions), "the PyTorch path's weights are float32"
+    for weights, expected in zip(out.attentions, reference.attentions):
+        torch.testing.assert_close(weights.float(), expected, rtol=2**-7, atol=2**-7)
     assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
     out.loss.backward()
     for name, p in model.named_parameters():
