@@ -1,4 +1,5 @@
-"""Pictures of what an NDR does on one input: the copy gate and the attention of every step (needs matplotlib)."""
+"""Pictures of what an NDR does: the copy gate and the attention of every step on one input, learning curves, and
+CTL++'s look at the representations functions hand on (needs matplotlib)."""
 
 import torch
 
@@ -186,3 +187,111 @@ def plot_first_token_curves(runs: dict[str, tuple[dict, int]], split: str = "iid
         figure.savefig(path, dpi=110)
         plt.close(figure)
     return figure
+
+
+@torch.no_grad()
+def _classifier_inputs(model, tokenizer, texts: list[str], batch_size: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """The states a sequence classifier reads (its head's input) and its predicted label ids, for each text."""
+    states, predictions = [], []
+    handle = model.classifier.register_forward_pre_hook(lambda module, inputs: states.append(inputs[0].float()))
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(texts), batch_size):
+            encoding = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True).to(model.device)
+            predictions.append(model(**encoding).logits.argmax(-1))
+    finally:
+        handle.remove()
+        model.train(was_training)
+    return torch.cat(states).cpu(), torch.cat(predictions).cpu()
+
+
+def ctlpp_group_accuracy(model, tokenizer, world, direction: str = "backward") -> dict[tuple[str, str], float]:
+    """Accuracy on every composition of two functions, `f2(f1(x))` for all symbols and functions, by the groups of
+    `f1` and `f2`: `{(group of f1, group of f2): accuracy}`. Which orders of groups a CTL++ model composes."""
+    from .tasks.ctlpp import CTLPP_SYMBOLS, ctlpp_text
+
+    samples = [(x, f1, f2) for x in range(len(CTLPP_SYMBOLS)) for f1 in range(32) for f2 in range(32)]
+    texts = [ctlpp_text(x, (f1, f2), direction) for x, f1, f2 in samples]
+    _, predicted = _classifier_inputs(model, tokenizer, texts)
+    right: dict[tuple[str, str], list[bool]] = {}
+    for (x, f1, f2), label in zip(samples, predicted.tolist()):
+        answer = model.config.id2label[label] == CTLPP_SYMBOLS[world.apply(x, (f1, f2))]
+        right.setdefault((world.group_of(f1), world.group_of(f2)), []).append(answer)
+    return {key: sum(values) / len(values) for key, values in right.items()}
+
+
+def plot_representation_similarity(model, tokenizer, world, direction: str = "backward", path=None):
+    """CTL++'s look at the representations functions hand on (Csordás, Irie & Schmidhuber 2022): for each symbol `s`,
+    the states the classifier reads for the 32 single applications `f(x) = s` (one per function: each is a
+    permutation), compared by cosine similarity, the functions ordered by group; beside them, the accuracy on every
+    two-function composition by the groups of the first and the second function (`ctlpp_group_accuracy`).
+
+    A model that composes across groups gives a symbol one representation whichever group produced it (one bright
+    block); one that fails keeps a cluster per group, and the functions of the other group cannot read it.
+
+    Args:
+        model: an `NDRForSequenceClassification` trained on CTL++.
+        tokenizer: its tokenizer.
+        world: the task it was trained on, `modeling_ndr.tasks.ctlpp_world(seed, variant, ...)` (its functions and
+            groups).
+        direction (*optional*): how its texts are written (`"backward"`, CTL++'s, or `"forward"`).
+        path (*optional*): save the figure there.
+
+    Returns:
+        `(figure, summary)`: `summary` holds `within_group` and `between_groups`, the mean cosine similarity of two
+        functions' states for the same symbol (over symbols; the groups without the overlap group), and `accuracy`,
+        the group accuracies.
+    """
+    import matplotlib.pyplot as plt
+
+    from .tasks.ctlpp import CTLPP_FUNCTIONS, CTLPP_SYMBOLS, ctlpp_text
+
+    order = [f for members in world.groups.values() for f in members]
+    inverse = [{value: x for x, value in enumerate(table)} for table in world.tables]
+    texts = [ctlpp_text(inverse[f][s], (f,), direction) for s in range(len(CTLPP_SYMBOLS)) for f in order]
+    states, _ = _classifier_inputs(model, tokenizer, texts)
+    states = torch.nn.functional.normalize(states, dim=-1).view(len(CTLPP_SYMBOLS), len(order), -1)
+    similarity = states @ states.transpose(1, 2)  # (symbols, functions, functions)
+    groups = [world.group_of(f) for f in order]
+    main = [g for g in world.groups if g != "o" and world.groups[g]]
+    same = torch.tensor([[a == b and a in main for b in groups] for a in groups]) & ~torch.eye(len(order), dtype=bool)
+    apart = torch.tensor([[a != b and a in main and b in main for b in groups] for a in groups])
+    accuracy = ctlpp_group_accuracy(model, tokenizer, world, direction)
+    summary = {"within_group": similarity[:, same].mean().item(), "between_groups": similarity[:, apart].mean().item(),
+               "accuracy": {f"{a}->{b}": value for (a, b), value in sorted(accuracy.items())}}  # fmt: skip
+
+    figure = plt.figure(figsize=(15, 6.4), layout="constrained")
+    grid = figure.add_gridspec(2, 5)
+    bounds = [i - 0.5 for i in range(1, len(groups)) if groups[i] != groups[i - 1]]
+    for s in range(len(CTLPP_SYMBOLS)):
+        axis = figure.add_subplot(grid[s // 4, s % 4])
+        image = axis.imshow(similarity[s].numpy(), vmin=0, vmax=1, cmap="magma")
+        for bound in bounds:
+            axis.axhline(bound, color="black", linewidth=0.8)
+            axis.axvline(bound, color="black", linewidth=0.8)
+        axis.set_xticks(range(len(order)), [CTLPP_FUNCTIONS[f] for f in order], fontsize=5)
+        axis.set_yticks(range(len(order)), [CTLPP_FUNCTIONS[f] for f in order], fontsize=5)
+        axis.set_title(f"f(x) = {CTLPP_SYMBOLS[s]}", fontsize=9)
+    figure.colorbar(image, ax=figure.axes, shrink=0.6, label="cosine similarity")
+    axis = figure.add_subplot(grid[:, 4])
+    names = list(world.groups)
+    names = [g for g in names if world.groups[g]]
+    table = [[accuracy.get((a, b), float("nan")) for b in names] for a in names]
+    axis.imshow(table, vmin=0, vmax=1, cmap="viridis")
+    for i, row in enumerate(table):
+        for j, value in enumerate(row):
+            axis.text(
+                j, i, f"{value:.2f}", ha="center", va="center", fontsize=8, color="white" if value < 0.6 else "black"
+            )
+    axis.set_xticks(range(len(names)), names)
+    axis.set_yticks(range(len(names)), names)
+    axis.set_xlabel("group of the second function")
+    axis.set_ylabel("group of the first function")
+    axis.set_title("accuracy, two functions", fontsize=9)
+    figure.suptitle(f"{world.variant}: the states read for f(x) = s, functions by group (lines); within a group "
+                    f"{summary['within_group']:.2f}, between groups {summary['between_groups']:.2f}")  # fmt: skip
+    if path is not None:
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+    return figure, summary

@@ -112,3 +112,36 @@ def evaluate_listops(text: str, argument_counts: list | None = None) -> tuple[in
     result = node()
     tokens.expect_end()
     return result
+
+
+def ctlpp_description_facts(description: str) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """A CTL++ split's function tables and each function's group, read from the split's description (the data as
+    written, not the generator's objects): `({"a": [f(0), ..., f(7)], ...}, {"a": "a1", ...})`."""
+    groups_text = description.split("Groups: ")[1].split(". Function tables")[0]
+    tables_text = description.split("Function tables (f(0) ... f(7)): ")[1].rstrip(".")
+    group_of = {}
+    for part in groups_text.split("; "):
+        group, members = part.split(": ")
+        group_of.update(dict.fromkeys(members.split(" "), group))
+    tables = {}
+    for part in tables_text.split("; "):
+        function, values = part.split(": ")
+        tables[function] = [int(value) for value in values.split(" ")]
+    return tables, group_of
+
+
+def evaluate_ctlpp(text: str, tables: dict[str, Sequence[int]]) -> tuple[int, int, list[str], list[int]]:
+    """`C b 5` (backward) or `5 C b` (forward): b(C(5)). Returns the label, the depth (number of functions), the
+    functions in order of application and the symbol entering each of them."""
+    tokens = text.split(" ")
+    if tokens[-1].isdigit() and not any(token.isdigit() for token in tokens[:-1]):
+        symbol, functions = int(tokens[-1]), tokens[-2::-1]
+    elif tokens[0].isdigit() and not any(token.isdigit() for token in tokens[1:]):
+        symbol, functions = int(tokens[0]), tokens[1:]
+    else:
+        raise ValueError(f"not a CTL++ sample: {text!r}")
+    entering = []
+    for function in functions:
+        entering.append(symbol)
+        symbol = tables[function][symbol]
+    return symbol, len(functions), functions, entering

@@ -56,6 +56,7 @@ from modeling_ndr.training import (
     standard_columns,
     warn_unknown_words,
 )
+from modeling_ndr.training.arguments import task_options
 from modeling_ndr.training.evaluation import predict
 from modeling_ndr.training.token_labels import encode_token_task, token_columns, token_metrics
 from modeling_ndr.training.trainer import nested_results
@@ -78,7 +79,10 @@ def parse_arguments(argv):
     parser.add_argument(
         "--split", action="append", help="Split(s) to evaluate (default: the task's evaluation splits / all)."
     )
-    parser.add_argument("--direction", help="CTL: forward or backward (default forward).")
+    parser.add_argument("--direction", help="CTL (default forward), CTL++ (default backward): forward or backward.")
+    parser.add_argument("--task_variant", help="CTL++: alternate, parallel_branch (default), parallel_branch_2stage.")
+    parser.add_argument("--function_overlap", type=int, help="CTL++: functions in the overlap group (default 0).")
+    parser.add_argument("--symbol_overlap", type=int, help="CTL++: symbols shared by the routes into it (default 8).")
     parser.add_argument("--task_seed", type=int, default=0)
     parser.add_argument("--n_eval", type=int, help="Size of each of the task's evaluation splits (default 1000).")
     parser.add_argument(
@@ -130,6 +134,11 @@ def parse_arguments(argv):
         parser.error("--split goes with --task or --dataset_name; name files with --file NAME=FILE")
     if args.depths and args.task != "ctl":
         parser.error("--depths goes with --task ctl")
+    ctlpp = [
+        flag for flag in ("task_variant", "function_overlap", "symbol_overlap") if getattr(args, flag) is not None
+    ]
+    if ctlpp and args.task != "ctlpp":
+        parser.error(f"--{ctlpp[0]} goes with --task ctlpp")
     return args
 
 
@@ -140,14 +149,15 @@ def load_splits(args, per_token: bool = False) -> dict[str, datasets.Dataset]:
     if per_token:
         return token_splits(args)
     if args.task:
-        options = {"direction": args.direction} if args.direction else {}
+        options = task_options(args)
         try:
             data = modeling_ndr.load_task(
                 args.task, seed=args.task_seed, n_train=SMALLEST_N_TRAIN[args.task], n_eval=args.n_eval, **options
             )
         except ValueError as error:
             raise UsageError(str(error)) from None
-        splits = select(data, args.split or list(EVAL_SPLITS), f"--task {args.task}")
+        evaluated = [split for split in data if split != "train"] if args.task == "ctlpp" else list(EVAL_SPLITS)
+        splits = select(data, args.split or evaluated, f"--task {args.task}")
         if args.depths:
             try:
                 rows = ctl_compositions(args.depths, args.n_eval or 1000, seed=args.task_seed, **options)

@@ -50,7 +50,6 @@ from modeling_ndr.metrics import load_token_accuracy
 from modeling_ndr.position_coupling import BLANK, COUPLING_WORDS
 from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
 from modeling_ndr.training import (
-    EVAL_SPLITS,
     EXIT_STOPPED,
     NDRTrainer,
     TimeBoxCallback,
@@ -82,6 +81,7 @@ from modeling_ndr.training import (
     warn_unknown_words,
     write_run_config,
 )
+from modeling_ndr.training.arguments import task_options
 from modeling_ndr.training.atomic import check_replaceable
 from modeling_ndr.training.checkpoints import saves_optimizer_states
 from modeling_ndr.training.data import cache_files, check_encoded
@@ -98,7 +98,7 @@ from modeling_ndr.training.token_labels import (
     is_token_task,
     token_metrics_function,
 )
-from modeling_ndr.training.trainer import add_first_token_column, first_token_metric_names
+from modeling_ndr.training.trainer import add_first_token_column, first_token_metric_names, task_eval_splits
 from modeling_ndr.training.weight_average import WeightAverage
 
 
@@ -218,7 +218,8 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     else:  # a token task (copy, reverse, addition, carry: one label per token) has a split per evaluation length
         raw, label_names, texts = None, modeling_ndr.task_label_names(data_args.task), None
         per_token = data_args.task in TOKEN_TASK_NAMES
-        eval_splits = [s for s in TOKEN_SPLIT_NAMES[data_args.task] if s != "train"] if per_token else EVAL_SPLITS
+        eval_splits = [s for s in TOKEN_SPLIT_NAMES[data_args.task] if s != "train"] if per_token else \
+            task_eval_splits(data_args)  # fmt: skip
     check_best_metric(training_args, list(eval_splits), given)
     if raw is not None and (note := selection_note(raw, training_args)):
         logger.warning(note)
@@ -257,7 +258,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     data_started = time.time()
     with training_args.main_process_first(desc="generate and tokenize the data"):
         if raw is None:
-            options = {"direction": data_args.direction} if data_args.direction else {}
+            options = task_options(data_args)
             load = modeling_ndr.load_token_task if per_token else modeling_ndr.load_task
             try:
                 raw = load(

@@ -84,6 +84,7 @@ in `token_tasks.py` (formats) and `token_generation.py` (splits).
 
 from .common import GENERATOR_VERSION, MAX_TOKENS, SPLIT_NAMES, TASK_NAMES
 from .ctl import CTL_DIRECTIONS, CTL_FUNCTIONS, CTL_SYMBOLS, ctl_compositions, ctl_tables
+from .ctlpp import CTLPP_VARIANTS, ctlpp_split_names, ctlpp_tables, ctlpp_world
 from .generation import SMALLEST_N_TRAIN, load_task, split_depths, split_description
 from .token_generation import encode_token_rows, load_token_task
 from .token_tasks import (
@@ -116,6 +117,10 @@ __all__ = [
     "CTL_DIRECTIONS",
     "ctl_tables",
     "ctl_compositions",
+    "CTLPP_VARIANTS",
+    "ctlpp_tables",
+    "ctlpp_world",
+    "ctlpp_split_names",
     "load_task",
     "SMALLEST_N_TRAIN",
     "split_description",

@@ -9,16 +9,20 @@ import random
 from collections.abc import Callable
 
 
-TASK_NAMES = ("ctl", "arithmetic", "listops")
+TASK_NAMES = ("ctl", "arithmetic", "listops", "ctlpp")
 SPLIT_NAMES = ("train", "iid_test", "ood_valid", "ood_test")
 MAX_TOKENS = 50
 # Part of every split's cache key: bump it whenever a generator changes the data it writes.
 GENERATOR_VERSION = 2
 DIGITS = tuple(str(value) for value in range(10))
 
-_TASK_CODES = {"ctl": 1, "arithmetic": 2, "listops": 3}
+_TASK_CODES = {"ctl": 1, "arithmetic": 2, "listops": 3, "ctlpp": 4}
 # iid_test and train share the "in_distribution" streams; the ood splits have their own.
 _FAMILY_CODES = {"in_distribution": 1, "ood_valid": 2, "ood_test": 3, "shuffle": 4, "ctl_tables": 5}
+_FAMILY_CODES["ctlpp_overlap"] = 6  # CTL++'s overlap gates; then a stream per CTL++ test split
+_CTLPP_TEST_SPLITS = ("test_group_alternate", "test_self_loop", "test_all", "test_all_overlap",
+                      "test_cross_unseen_symbols", "test_unseen_pairs", "test_all_pairs")  # fmt: skip
+_FAMILY_CODES.update({split: 10 + index for index, split in enumerate(_CTLPP_TEST_SPLITS)})
 
 # A grown expression (arithmetic, ListOps) is (text, value, depth, number of tokens).
 Expression = tuple[str, int, int, int]

@@ -35,6 +35,7 @@ from .common import (
     shuffle,
 )
 from .ctl import CTL_DIRECTIONS, CTL_SYMBOLS, ctl_space, ctl_stream, ctl_tables, ctl_text_in_direction
+from .ctlpp import ctlpp_world
 from .listops import listops_stream
 from .vocabulary import task_label_names
 
@@ -61,12 +62,14 @@ _DEFAULTS = {
     "ctl": _TaskDefaults(53_700, 1_000, (1, 2, 3, 4, 5), (2, 3, 4, 5), (6, 7, 8), (9, 10)),
     "arithmetic": _TaskDefaults(100_000, 1_000, (1, 2, 3, 4, 5), (2, 3, 4, 5), (6,), (7, 8), 0.2, 0.3),
     "listops": _TaskDefaults(1_000_000, 1_000, (1, 2, 3, 4, 5), (1, 2, 3, 4, 5), (6,), (7, 8), 0.3, 0.3),
+    # CTL++: the same lengths in every split (2-6 functions); its test splits are named by the pattern they hold
+    "ctlpp": _TaskDefaults(300_000, 1_000, (2, 3, 4, 5, 6), (3, 4, 5, 6), (), ()),
 }
 
 # The evaluation splits do not depend on n_train: the smallest train set a task allows keeps their generation quick
 # (CTL and arithmetic put all of depth 1 into train: 72 and 200 samples). `load_task(name, seed,
 # n_train=SMALLEST_N_TRAIN[name], n_eval=n)` draws fresh evaluation splits.
-SMALLEST_N_TRAIN = {"ctl": 72, "arithmetic": 200, "listops": 1}
+SMALLEST_N_TRAIN = {"ctl": 72, "arithmetic": 200, "listops": 1, "ctlpp": 4_096}
 
 
 def _capacity(task: str, depth: int) -> int | None:
@@ -345,14 +348,22 @@ def load_task(
         n_eval (`int`, *optional*): size of each evaluation split (default 1,000).
         cache_dir (`str`, *optional*): where `Dataset.from_generator` caches the splits (default: the `datasets`
             cache).
-        **options: CTL takes `direction="forward"` (`101 d a b`) or `"backward"` (`b a d 101`).
+        **options: CTL takes `direction="forward"` (`101 d a b`) or `"backward"` (`b a d 101`). CTL++ takes
+            `variant` (`"alternate"`, `"parallel_branch"`, the default, or `"parallel_branch_2stage"`),
+            `function_overlap` (0-16, default 0), `symbol_overlap` (1-8, default 8) and `direction` (`"backward"`,
+            the default, or `"forward"`); see `modeling_ndr.tasks.ctlpp`.
 
     Returns:
-        `datasets.DatasetDict` with splits `train`, `iid_test`, `ood_valid`, `ood_test` and columns `text` (tokens
-        separated by single spaces), `label` (`ClassLabel`, names from `task_label_names`) and `depth`.
+        `datasets.DatasetDict` with splits `train`, `iid_test`, `ood_valid`, `ood_test` (CTL++: `train`,
+        `iid_test` and its variant's test splits, `ctlpp_split_names`) and columns `text` (tokens separated by
+        single spaces), `label` (`ClassLabel`, names from `task_label_names`) and `depth`.
     """
     check_task_name(name)
     check_seed(seed)
+    if name == "ctlpp":
+        from .ctlpp_data import load_ctlpp
+
+        return load_ctlpp(seed, n_train, n_eval, cache_dir, **options)
     options = _check_options(name, options)
     defaults = _DEFAULTS[name]
     n_train = defaults.n_train if n_train is None else n_train
@@ -389,6 +400,8 @@ def load_task(
 def split_depths(name: str) -> dict[str, tuple[int, ...]]:
     """The depths of each split of a task: `{"train": (1, ..., 5), "iid_test": ..., "ood_valid": ..., ...}`."""
     check_task_name(name)
+    if name == "ctlpp":  # the default variant's splits (every variant's: the same lengths, 2-6 functions)
+        return {split: depths for split, (_, depths) in ctlpp_world().splits.items()}
     defaults = _DEFAULTS[name]
     return {
         "train": defaults.train_depths,

@@ -5,6 +5,7 @@ from ..tokenization_ndr import build_tokenizer
 from .arithmetic import ARITHMETIC_OPERATORS
 from .common import DIGITS, TASK_NAMES, check_task_name
 from .ctl import CTL_FUNCTIONS, CTL_SYMBOLS
+from .ctlpp import CTLPP_FUNCTIONS, CTLPP_SYMBOLS
 from .listops import LISTOPS_OPERATIONS
 from .token_tasks import (
     BLANK,
@@ -24,25 +25,28 @@ def task_vocabulary(name: str) -> list[str]:
     check_task_name(name)
     if name == "ctl":
         return list(CTL_SYMBOLS + CTL_FUNCTIONS)
+    if name == "ctlpp":
+        return list(CTLPP_SYMBOLS + CTLPP_FUNCTIONS)
     if name == "arithmetic":
         return ["(", ")", *ARITHMETIC_OPERATORS, *DIGITS]
     return [*LISTOPS_OPERATIONS, "]", *DIGITS]
 
 
 def task_label_names(name: str) -> list[str]:
-    """Name of each class id: CTL's 3-bit symbols `000`-`111`, the digits `0`-`9` otherwise (a token task's labels
-    too)."""
+    """Name of each class id: CTL's 3-bit symbols `000`-`111`, CTL++'s symbols `0`-`7`, the digits `0`-`9` otherwise
+    (a token task's labels too)."""
     if name in TOKEN_TASK_NAMES:
         return token_task_label_names(name)
     check_task_name(name)
-    return list(CTL_SYMBOLS) if name == "ctl" else list(DIGITS)
+    return list(CTL_SYMBOLS) if name == "ctl" else list(CTLPP_SYMBOLS) if name == "ctlpp" else list(DIGITS)
 
 
 def task_readout(name: str) -> str:
-    """Which column the classifier reads: `"first"` ([BOS]) for ListOps, `"last"` ([EOS]) otherwise (as in the
-    paper's release)."""
+    """Which column the classifier reads: `"first"` ([BOS]) for ListOps and CTL++ (written backward, its last
+    function stands first; CTL++'s release reads the first column), `"last"` ([EOS]) otherwise (as in the paper's
+    release)."""
     check_task_name(name)
-    return "first" if name == "listops" else "last"
+    return "first" if name in ("listops", "ctlpp") else "last"
 
 
 def task_tokenizer(name: str):

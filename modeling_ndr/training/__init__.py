@@ -40,7 +40,6 @@ from .arguments import (
     DataArguments,
     ModelArguments,
     RunArguments,
-    check_best_metric,
     check_data_arguments,
     check_training_steps,
     evaluation_files,
@@ -92,7 +91,14 @@ from .preemption import EXIT_STOPPED, TimeBoxCallback, TrainingStopped
 from .presets import config_values, parse_config_overrides, read_preset, read_variant
 from .records import machine_description, run_record, training_record, write_run_config
 from .sampling import BalancedSampler, SampleShare, balanced_sampler, depth_weights, parse_sample_shares
-from .trainer import EVAL_SPLITS, NDRTrainer, evaluate_splits, load_depth_accuracy, metrics_function
+from .trainer import (
+    EVAL_SPLITS,
+    NDRTrainer,
+    check_best_metric,
+    evaluate_splits,
+    load_depth_accuracy,
+    metrics_function,
+)
 
 
 __all__ = [

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from transformers import HfArgumentParser, TrainingArguments
 
 from ..tasks import COUPLED_TASKS, TASK_NAMES, TOKEN_TASK_NAMES
+from ..tasks.ctlpp import check_ctlpp_options
 from .devices import precision_defaults
 from .errors import UsageError
 from .presets import default_preset, read_preset, variant_flags
@@ -17,7 +18,8 @@ from .presets import default_preset, read_preset, variant_flags
 
 logger = logging.getLogger(__name__)
 # flags that only make sense with one source of data
-TASK_FLAGS = ("direction", "n_train", "n_eval", "task_seed")
+TASK_FLAGS = ("direction", "n_train", "n_eval", "task_seed", "task_variant", "function_overlap", "symbol_overlap")
+CTLPP_FLAGS = ("task_variant", "function_overlap", "symbol_overlap")
 OWN_DATA_FLAGS = ("text_column", "label_column", "depth_column", "token_labels")
 # the flags that name your own data (any of them makes a run one on your data)
 OWN_DATA_SOURCES = ("dataset_name", "train_file", "validation_file", "test_file", "eval_files")
@@ -29,9 +31,22 @@ class DataArguments:
     transformers' example scripts (`--dataset_name`, or `--train_file` and evaluation files)."""
 
     task: str | None = field(
-        default=None, metadata={"help": "One of ctl, arithmetic, listops (ctl when no dataset or file is given)."}
+        default=None,
+        metadata={"help": "One of ctl, arithmetic, listops, ctlpp (ctl when no dataset or file is given)."},
     )
-    direction: str | None = field(default=None, metadata={"help": "CTL only: forward or backward."})
+    direction: str | None = field(
+        default=None, metadata={"help": "CTL (default forward) and CTL++ (default backward): forward or backward."}
+    )
+    task_variant: str | None = field(
+        default=None,
+        metadata={"help": "CTL++ only: alternate, parallel_branch (default) or parallel_branch_2stage: which orders "
+                  "of function groups training shows (docs: Tasks, CTL++)."},
+    )  # fmt: skip
+    function_overlap: int | None = field(
+        default=None, metadata={"help": "CTL++ parallel_branch variants: functions in the overlap group (0-16)."}
+    )
+    symbol_overlap: int | None = field(default=None, metadata={"help": "CTL++ overlap group (default all 8): symbols "
+                                       "(1-8) on which both groups reach each of its functions."})  # fmt: skip
     n_train: int | None = field(default=None, metadata={"help": "Training-set size (default: the paper's)."})
     n_eval: int | None = field(default=None, metadata={"help": "Size of each evaluation split (default 1000)."})
     task_seed: int = field(default=0, metadata={"help": "Seed of the data generation (CTL: also its tables)."})
@@ -352,6 +367,16 @@ def check_data_arguments(data_args: DataArguments, given: set[str], preset: dict
                 f"--{wrong[0]} is for your own data (--train_file, --dataset_name); the {data_args.task} task's "
                 "columns are text, label and depth"
             )
+        if data_args.task != "ctlpp" and (
+            wrong := [flag for flag in CTLPP_FLAGS if getattr(data_args, flag) is not None]
+        ):
+            raise UsageError(f"--{wrong[0]} is an option of --task ctlpp, not of {data_args.task}")
+        if data_args.task == "ctlpp":
+            try:
+                check_ctlpp_options(data_args.task_variant or "parallel_branch", data_args.function_overlap or 0,
+                                    data_args.symbol_overlap)  # fmt: skip
+            except ValueError as error:
+                raise UsageError(f"--task ctlpp: {error}") from None
         check_position_coupling(data_args)
         return
     if wrong := [flag for flag in ("task", *TASK_FLAGS) if flag in given]:
@@ -376,6 +401,13 @@ def check_data_arguments(data_args: DataArguments, given: set[str], preset: dict
         if getattr(data_args, flag) and not data_args.depth_column:
             origin = f" (set by the preset; pass --{flag} false)" if flag not in given else ""
             raise UsageError(f"--{flag} needs --depth_column, the column of each sample's depth{origin}")
+
+
+def task_options(data_args: DataArguments) -> dict:
+    """The keyword options of `load_task` that the data flags give (direction; CTL++'s variant and overlaps)."""
+    names = {"direction": "direction", "task_variant": "variant", "function_overlap": "function_overlap",
+             "symbol_overlap": "symbol_overlap"}  # fmt: skip
+    return {option: getattr(data_args, flag) for flag, option in names.items() if getattr(data_args, flag) is not None}
 
 
 def check_position_coupling(data_args: DataArguments) -> None:
@@ -413,35 +445,4 @@ def check_training_steps(training_args: TrainingArguments, data_args: DataArgume
     raise UsageError(
         f"this command trains no step: a new model on the {data_args.task} task takes its recipe from a preset "
         f"(--preset {data_args.task}_cpu on a CPU; configuration/ holds the others) or its budget from --max_steps N"
-    )
-
-
-def check_best_metric(training_args: TrainingArguments, eval_splits: list[str], given: set[str]) -> None:
-    """Check that `--metric_for_best_model` names a metric this run's evaluation reports: `<split>_accuracy`,
-    `<split>_accuracy_depth_<d>` or `<split>_loss` (Trainer would only fail at the first evaluation), and that a
-    run evaluating during training has something to evaluate.
-
-    Args:
-        training_args: the run's `TrainingArguments`.
-        eval_splits: the names of the evaluation splits.
-        given: the flags given on the command line (to say where a bad value came from).
-    """
-    if training_args.eval_strategy != "no" and not eval_splits:
-        raise UsageError(
-            f"--eval_strategy {training_args.eval_strategy} evaluates during training, but there is no evaluation "
-            "split: add --validation_file or --eval_files NAME=FILE, or pass --eval_strategy no"
-        )
-    metric = training_args.metric_for_best_model
-    if metric is None or not (training_args.load_best_model_at_end or training_args.eval_strategy != "no"):
-        return
-    name = metric.removeprefix("eval_")
-    for split in eval_splits:
-        rest = name[len(split) + 1 :] if name.startswith(split + "_") else ""
-        if re.fullmatch(r"accuracy|accuracy_depth_\d+|accuracy_first_\w+|loss", rest):
-            return
-    origin = "" if "metric_for_best_model" in given else " (from the preset or Trainer's default)"
-    example = f"; e.g. --metric_for_best_model {eval_splits[-1]}_accuracy" if eval_splits else ""
-    raise UsageError(
-        f"--metric_for_best_model {metric!r}{origin} is not reported by this run: it evaluates {eval_splits} and "
-        f"reports <split>_accuracy, <split>_accuracy_depth_<d> and <split>_loss{example}"
     )

@@ -23,6 +23,7 @@ from ..modeling_ndr import NDRForSequenceClassification, NDRForTokenClassificati
 from ..tables import markdown_table, per_token_results
 from ..tasks import TOKEN_TASK_NAMES
 from ..tasks.ctl import CTL_SYMBOLS, ctl_sample, ctl_tables, ctl_text_in_direction
+from ..tasks.ctlpp import CTLPP_FUNCTIONS, CTLPP_SYMBOLS, ctlpp_samples, ctlpp_text, ctlpp_world
 from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
 from .atomic import atomic_folder, check_replaceable
@@ -35,6 +36,7 @@ TASK_TITLES = {
     "ctl": "compositional table lookup ({direction})",
     "arithmetic": "simple arithmetic modulo 10",
     "listops": "ListOps (depth-controlled)",
+    "ctlpp": "CTL++ (never-seen orders of known functions; variant {variant})",
     "copy": "copy (one output per input symbol)",
     "reverse": "reverse (one output per input symbol)",
     "addition": "integer addition, one output digit per blank",
@@ -147,10 +149,20 @@ def task_description(task: dict) -> tuple[str, str]:
         extra = [f"{split}={path}" for split, path in files.items() if split not in flags]
         return f"own data ({own_data_name(task)})", " ".join(named + (["--eval_files", *extra] if extra else []))
     task_name = task.get("task") or "ctl"
-    options = {k: v for k, v in task.items() if k in ("direction", "n_train", "n_eval") and v is not None}
+    names = {
+        "task_variant": "variant",
+        "function_overlap": "function_overlap",
+        "symbol_overlap": "symbol_overlap",
+        "direction": "direction",
+        "n_train": "n_train",
+        "n_eval": "n_eval",
+    }  # flag -> load_task's keyword
+    options = {names[k]: v for k, v in task.items() if k in names and v is not None}
     function = "load_token_task" if task_name in TOKEN_TASK_NAMES else "load_task"
     call = f"{function}({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
-    return TASK_TITLES[task_name].format(direction=task.get("direction") or "forward"), call
+    title = TASK_TITLES[task_name].format(direction=task.get("direction") or "forward",
+                                          variant=task.get("task_variant") or "parallel_branch")  # fmt: skip
+    return title, call
 
 
 # The fields that tell the variants apart; a card lists those that differ from the NDR.
@@ -268,7 +280,12 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         example_answered=answered if per_token and len(answered) < len(example["label"]) else None,
         example_answer=[example["label"][i] for i in answered] if per_token else example["label"],
         task_name=task_name,
-        ctl_examples=ctl_examples(task) if task_name == "ctl" else [],
+        ctl_examples=ctl_examples(task)
+        if task_name == "ctl"
+        else ctlpp_examples(task)
+        if task_name == "ctlpp"
+        else [],
+        ctlpp_groups=ctlpp_groups(task) if task_name == "ctlpp" else "",
         direction=task.get("direction") or "forward",
         per_token=per_token,
     )
@@ -283,6 +300,29 @@ def ctl_examples(task: dict) -> list[tuple[str, str]]:
         text, value = ctl_sample(tables, int(symbol, 2), tuple(functions.split()))
         examples.append((ctl_text_in_direction(text, task.get("direction") or "forward"), CTL_SYMBOLS[value]))
     return examples
+
+
+def ctlpp_examples(task: dict) -> list[tuple[str, str]]:
+    """Three CTL++ compositions of a run's task (its seed's functions, its direction) with their answers: the first
+    of its training pattern, then two of its first test split."""
+    world = ctlpp_world(task.get("task_seed") or 0, task.get("task_variant") or "parallel_branch",
+                        task.get("function_overlap") or 0, task.get("symbol_overlap"))  # fmt: skip
+    direction = task.get("direction") or "backward"
+    train, (test, test_depths) = world.splits["train"][0], list(world.splits.values())[2]
+    deeper = next(depth for depth in test_depths[1:] if world.count(test, depth) > 0)  # 2-stage: even depths only
+    examples = []
+    for pattern, depth, index in ((train, 2, 0), (test, 2, 0), (test, deeper, 5)):
+        symbol, functions = ctlpp_samples(world, pattern, depth)[index]
+        examples.append((ctlpp_text(symbol, functions, direction), CTLPP_SYMBOLS[world.apply(symbol, functions)]))
+    return examples
+
+
+def ctlpp_groups(task: dict) -> str:
+    """The groups of a CTL++ run's functions, for its card: `a: a b c ...; b: ...`."""
+    world = ctlpp_world(task.get("task_seed") or 0, task.get("task_variant") or "parallel_branch",
+                        task.get("function_overlap") or 0, task.get("symbol_overlap"))  # fmt: skip
+    return "; ".join(f"{group}: {' '.join(CTLPP_FUNCTIONS[f] for f in members)}"
+                     for group, members in world.groups.items() if members)  # fmt: skip
 
 
 def head_class(folder: str) -> type:

@@ -13,6 +13,7 @@ Use them in your own Trainer script:
 """
 
 import os
+import re
 
 import numpy as np
 from transformers import EvalPrediction, Trainer, TrainerCallback
@@ -20,7 +21,8 @@ from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress, hf_api
 
 from ..metrics import load_depth_accuracy  # noqa: F401  (this module's name since it was one)
-from ..tasks import SPLIT_NAMES
+from ..tasks import SPLIT_NAMES, ctlpp_split_names
+from .errors import UsageError
 from .sampling import balanced_sampler, first_tokens_and_lengths
 
 
@@ -273,3 +275,41 @@ def nested_results(metrics: dict, prefix: str = "") -> dict:
 def _suffixed(metrics: dict, prefix: str) -> dict:
     """`{suffix: value}` of the metrics named `prefix<suffix>` (a depth, a length)."""
     return {key[len(prefix) :]: value for key, value in metrics.items() if key.startswith(prefix)}
+
+
+def task_eval_splits(data_args) -> list[str]:
+    """The evaluation splits of one of the paper's tasks (CTL++: its variant's test splits)."""
+    if data_args.task == "ctlpp":
+        return ctlpp_split_names(data_args.task_variant or "parallel_branch", data_args.function_overlap or 0)[1:]
+    return list(EVAL_SPLITS)
+
+
+def check_best_metric(training_args, eval_splits: list[str], given: set[str]) -> None:
+    """Check that `--metric_for_best_model` names a metric this run's evaluation reports: `<split>_accuracy`,
+    `<split>_accuracy_depth_<d>` or `<split>_loss` (Trainer would only fail at the first evaluation), and that a
+    run evaluating during training has something to evaluate.
+
+    Args:
+        training_args: the run's `TrainingArguments`.
+        eval_splits: the names of the evaluation splits.
+        given: the flags given on the command line (to say where a bad value came from).
+    """
+    if training_args.eval_strategy != "no" and not eval_splits:
+        raise UsageError(
+            f"--eval_strategy {training_args.eval_strategy} evaluates during training, but there is no evaluation "
+            "split: add --validation_file or --eval_files NAME=FILE, or pass --eval_strategy no"
+        )
+    metric = training_args.metric_for_best_model
+    if metric is None or not (training_args.load_best_model_at_end or training_args.eval_strategy != "no"):
+        return
+    name = metric.removeprefix("eval_")
+    for split in eval_splits:
+        rest = name[len(split) + 1 :] if name.startswith(split + "_") else ""
+        if re.fullmatch(r"accuracy|accuracy_depth_\d+|accuracy_first_\w+|loss", rest):
+            return
+    origin = "" if "metric_for_best_model" in given else " (from the preset or Trainer's default)"
+    example = f"; e.g. --metric_for_best_model {eval_splits[-1]}_accuracy" if eval_splits else ""
+    raise UsageError(
+        f"--metric_for_best_model {metric!r}{origin} is not reported by this run: it evaluates {eval_splits} and "
+        f"reports <split>_accuracy, <split>_accuracy_depth_<d> and <split>_loss{example}"
+    )

@@ -1,12 +1,19 @@
-"""The routing plot draws the copy gate and every step's attention for one input."""
+"""The routing plot draws the copy gate and every step's attention for one input; CTL++'s representation study
+tells a model with one representation per symbol from one with a representation per group."""
+
+import types
 
 import matplotlib
+import pytest
+import torch
 
 
 matplotlib.use("Agg")
 
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, task_tokenizer  # noqa: E402
-from modeling_ndr.plotting import plot_routing  # noqa: E402
+from modeling_ndr.plotting import ctlpp_group_accuracy, plot_representation_similarity, plot_routing  # noqa: E402
+from modeling_ndr.tasks import ctlpp_world  # noqa: E402
+from modeling_ndr.tasks.ctlpp import CTLPP_FUNCTIONS  # noqa: E402
 
 
 def test_plot_routing_draws_gate_and_one_panel_per_step(tmp_path):
@@ -65,3 +72,59 @@ def test_first_token_curves_follow_each_operator_as_training_goes(tmp_path):
                       "MIN": [(250, 0.6), (500, 0.8)]}  # fmt: skip
     plot_first_token_curves({"a run": (state, 128)}, path=tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 5000, "a figure was drawn"
+
+
+class _OracleCtlpp(torch.nn.Module):
+    """A stand-in CTL++ classifier that answers right: its head reads a one-hot state of (the answer, and with
+    `by_group` the group of the last function applied), as a model that keeps a cluster per group would."""
+
+    def __init__(self, tokenizer, world, by_group: bool):
+        super().__init__()
+        self.tokenizer, self.world, self.by_group = tokenizer, world, by_group
+        self.classifier = torch.nn.Linear(16, 8, bias=False)
+        with torch.no_grad():
+            self.classifier.weight.copy_(torch.eye(8).repeat_interleave(2, dim=1))  # state 2s + g -> label s
+        self.config = types.SimpleNamespace(id2label={i: str(i) for i in range(8)})
+
+    @property
+    def device(self):
+        return torch.device("cpu")
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        states = torch.zeros(len(input_ids), 16)
+        for row, ids in enumerate(input_ids.tolist()):
+            words = [w for w in self.tokenizer.convert_ids_to_tokens(ids) if not w.startswith("[")]
+            symbol, functions = int(words[-1]), [CTLPP_FUNCTIONS.index(w) for w in reversed(words[:-1])]
+            group = list(self.world.groups).index(self.world.group_of(functions[-1])) if self.by_group else 0
+            states[row, 2 * self.world.apply(symbol, functions) + group] = 1.0
+        return types.SimpleNamespace(logits=self.classifier(states))
+
+
+def test_the_ctlpp_representation_study_tells_one_representation_from_one_per_group(tmp_path):
+    tokenizer, world = task_tokenizer("ctlpp"), ctlpp_world(2, "parallel_branch")
+    shared = _OracleCtlpp(tokenizer, world, by_group=False)
+    figure, summary = plot_representation_similarity(shared, tokenizer, world, path=tmp_path / "shared.png")
+    assert summary["within_group"] == pytest.approx(1.0) and summary["between_groups"] == pytest.approx(1.0)
+    assert summary["accuracy"] == {"a->a": 1.0, "a->b": 1.0, "b->a": 1.0, "b->b": 1.0}
+    assert (tmp_path / "shared.png").stat().st_size > 1000 and len(figure.axes) == 8 + 1 + 1
+    _, summary = plot_representation_similarity(_OracleCtlpp(tokenizer, world, by_group=True), tokenizer, world)
+    assert summary["within_group"] == pytest.approx(1.0) and summary["between_groups"] == pytest.approx(0.0)
+
+
+def test_ctlpp_group_accuracy_counts_every_pair_of_functions_by_their_groups():
+    tokenizer, world = task_tokenizer("ctlpp"), ctlpp_world(0, "parallel_branch_2stage", 4, 3)
+    config = NDRConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=16, num_hidden_layers=2,
+                       num_labels=8, id2label={i: str(i) for i in range(8)}, readout="first")  # fmt: skip
+    model = NDRForSequenceClassification(config)
+    accuracy = ctlpp_group_accuracy(model, tokenizer, world)
+    assert set(accuracy) == {(a, b) for a in world.groups for b in world.groups}
+    first, second = world.groups["a1"], world.groups["b2"]  # one pair of groups, recomputed here
+    texts, answers = [], []
+    for x in range(8):
+        for f1 in first:
+            for f2 in second:
+                texts.append(f"{CTLPP_FUNCTIONS[f2]} {CTLPP_FUNCTIONS[f1]} {x}")
+                answers.append(world.tables[f2][world.tables[f1][x]])
+    with torch.no_grad():
+        predicted = model(**tokenizer(texts, return_tensors="pt")).logits.argmax(-1).tolist()
+    assert accuracy["a1", "b2"] == pytest.approx(sum(p == a for p, a in zip(predicted, answers)) / len(answers))

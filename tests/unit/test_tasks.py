@@ -158,8 +158,10 @@ def test_labels_are_class_labels_named_by_task_label_names(generated):
 
 
 def test_task_facts_for_the_training_script():
-    assert TASK_NAMES == ("ctl", "arithmetic", "listops")
-    assert [task_readout(task) for task in TASK_NAMES] == ["last", "last", "first"], "spec §2: ListOps reads [BOS]"
+    assert TASK_NAMES == ("ctl", "arithmetic", "listops", "ctlpp")
+    assert [task_readout(task) for task in TASK_NAMES] == ["last", "last", "first", "first"], (
+        "spec §2: ListOps reads [BOS]; CTL++'s runs read the first column of the backward text"
+    )
     assert task_label_names("listops") == [str(digit) for digit in range(10)]
 
 

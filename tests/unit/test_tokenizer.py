@@ -21,6 +21,7 @@ EXAMPLES = {
     "ctl": ["101 d a b", "b a d 101", "000 i"],
     "arithmetic": ["( ( 4 * 7 ) + 2 )", "( 1 + 2 )"],
     "listops": ["[MED 4 8 5 [MAX 8 4 9 ] ]", "[SM 1 2 ]"],
+    "ctlpp": ["C b 5", "a F z q 0", "7 A a"],
 }
 
 
