@@ -6,7 +6,7 @@ process on any machine.
 """
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 
 TASK_NAMES = ("ctl", "arithmetic", "listops", "ctlpp")
@@ -49,3 +49,19 @@ def check_seed(seed) -> None:
 def check_task_name(name: str) -> None:
     if name not in TASK_NAMES:
         raise ValueError(f"unknown task name {name!r}; choose one of {', '.join(TASK_NAMES)}")
+
+
+def distinct_draws(draws: Iterable, key: Callable, what: str, limit: int, seen: set | None = None) -> Iterator:
+    """The draws of a random stream that are new by `key` (and not in `seen`), a failed draw (None) skipped; a stream
+    that gives nothing new in `limit` draws in a row is a `RuntimeError`: "`what` in `limit` draws"."""
+    seen = set() if seen is None else seen
+    failed = 0
+    for draw in draws:
+        if draw is None or key(draw) in seen:
+            failed += 1
+            if failed > limit:
+                raise RuntimeError(f"{what} in {limit} draws")
+            continue
+        failed = 0
+        seen.add(key(draw))
+        yield draw

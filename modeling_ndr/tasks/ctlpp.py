@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import product
 
-from .common import check_seed, derive_seed, shuffle
+from .common import check_seed, derive_seed, distinct_draws, shuffle
 
 
 CTLPP_SYMBOLS = tuple(str(value) for value in range(8))
@@ -316,17 +316,9 @@ def ctlpp_stream(world: CtlppWorld, pattern: Pattern, depth: int, rng: random.Ra
         shuffle(everything, rng)
         yield from everything
         return
-    seen, failed = set(), 0
-    while True:
-        sample = _draw(world, pattern, depth, rng)
-        if sample is None or sample in seen:
-            failed += 1
-            if failed > _MAX_FAILED_DRAWS:
-                raise RuntimeError(f"ctlpp: no new sample of depth {depth} in {_MAX_FAILED_DRAWS} draws")
-            continue
-        failed = 0
-        seen.add(sample)
-        yield sample
+    draws = (_draw(world, pattern, depth, rng) for _ in iter(int, 1))  # endless
+    what = f"ctlpp: no new sample of depth {depth}"
+    yield from distinct_draws(draws, lambda sample: sample, what, _MAX_FAILED_DRAWS)
 
 
 def ctlpp_text(symbol: int, functions, direction: str = "backward") -> str:

@@ -32,6 +32,7 @@ from .common import (
     check_seed,
     check_task_name,
     derive_seed,
+    distinct_draws,
     shuffle,
 )
 from .ctl import CTL_DIRECTIONS, CTL_SYMBOLS, ctl_space, ctl_stream, ctl_tables, ctl_text_in_direction
@@ -161,17 +162,8 @@ def _depth_stream(task: str, seed: int, family: str, depth: int, p: float, max_d
         draws = arithmetic_stream(rng, depth, p)
     else:
         draws = listops_stream(rng, depth, max_depth, p)
-    seen: set[str] = set()
-    failed = 0
-    for draw in draws:
-        if draw is None or draw[0] in seen:
-            failed += 1
-            if failed > _MAX_FAILED_DRAWS:
-                raise RuntimeError(f"{task}: no new sample of depth {depth} in {_MAX_FAILED_DRAWS} draws")
-            continue
-        failed = 0
-        seen.add(draw[0])
-        yield draw
+    what = f"{task}: no new sample of depth {depth}"
+    yield from distinct_draws(draws, lambda draw: draw[0], what, _MAX_FAILED_DRAWS)
 
 
 # Splits of at least this many rows draw their depths in parallel processes (`data_processes`).
@@ -341,7 +333,7 @@ def load_task(
     """Generate (or load from the `datasets` cache) one of the paper's tasks.
 
     Args:
-        name (`str`): `"ctl"`, `"arithmetic"` or `"listops"`.
+        name (`str`): `"ctl"`, `"arithmetic"`, `"listops"` or `"ctlpp"` (CTL++).
         seed (`int`, *optional*, defaults to 0): selects the data (and CTL's function tables); the same seed gives
             the same data in any process and on any machine.
         n_train (`int`, *optional*): size of `train` (defaults: CTL 53,700, arithmetic 100,000, ListOps 1,000,000).

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import datasets
 
-from .common import check_seed, shuffle
+from .common import check_seed, distinct_draws, shuffle
 from .generation import _balanced_counts, _check_size
 from .token_tasks import (
     TOKEN_GENERATOR_VERSION,
@@ -45,19 +45,14 @@ _LABEL_IDS = {name: index for index, name in enumerate(TOKEN_LABEL_NAMES)}
 def _row_stream(task: str, seed: int, family: str, length: int, excluded: set[str] = frozenset()) -> Iterator[dict]:
     """Distinct rows of one (task, seed, family, length), none of whose texts is in `excluded`."""
     rng = random.Random(token_task_seed(seed, task, family, length))
-    seen = set(excluded)
-    failed = 0
-    while True:
-        tokens, labels = draw_row(task, rng, family, length)
-        text = " ".join(tokens)
-        if text in seen:
-            failed += 1
-            if failed > _MAX_FAILED_DRAWS:
-                raise RuntimeError(f"{task}: no new {family} row of length {length} in {_MAX_FAILED_DRAWS} draws")
-            continue
-        failed = 0
-        seen.add(text)
-        yield {"text": text, "labels": labels, "length": length}
+
+    def rows():
+        while True:
+            tokens, labels = draw_row(task, rng, family, length)
+            yield {"text": " ".join(tokens), "labels": labels, "length": length}
+
+    what = f"{task}: no new {family} row of length {length}"
+    yield from distinct_draws(rows(), lambda row: row["text"], what, _MAX_FAILED_DRAWS, seen=set(excluded))
 
 
 def _evaluation_rows(task: str, seed: int, split: str, n_eval: int) -> list[dict]:
