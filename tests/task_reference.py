@@ -131,7 +131,7 @@ def ctlpp_description_facts(description: str) -> tuple[dict[str, list[int]], dic
 
 
 def evaluate_ctlpp(text: str, tables: dict[str, Sequence[int]]) -> tuple[int, int, list[str], list[int]]:
-    """`C b 5` (backward) or `5 C b` (forward): b(C(5)). Returns the label, the depth (number of functions), the
+    """`b C 5` (backward) or `5 C b` (forward): b(C(5)). Returns the label, the depth (number of functions), the
     functions in order of application and the symbol entering each of them."""
     tokens = text.split(" ")
     if tokens[-1].isdigit() and not any(token.isdigit() for token in tokens[:-1]):

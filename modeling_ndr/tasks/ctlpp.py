@@ -4,7 +4,7 @@ CTL tests *productivity* (longer compositions of the kinds seen in training); CT
 functions `a`-`z`, `A`-`F` (random permutations of the 8 symbols `0`-`7`, drawn from the seed) are split into groups,
 and training shows only some orders of groups: which group may follow which. The test splits compose the same
 functions, at the same lengths (2 to 6 functions), in orders training never shows. A sample is written backward by
-default, as the paper's runs read it: `C b 5` = b(C(5)), the last function applied first; `direction="forward"` writes
+default, as the paper's runs read it: `b C 5` = b(C(5)), the last function applied first; `direction="forward"` writes
 `5 C b`. The label is the resulting symbol; `depth` is the number of functions.
 
 The variants (`variant=`), as the authors' code names them:
@@ -271,15 +271,22 @@ def ctlpp_world(
                 pairs,
             ),  # fmt: skip
         }
-    if not groups.get("o"):  # no overlap group: nothing to test on it
-        splits = {name: split for name, split in splits.items() if "overlap" not in name and "unseen" not in name}
     splits = {"train": (train, depths), "iid_test": (train, depths[1:]), **splits}
-    return CtlppWorld(seed, variant, function_overlap, symbol_overlap, ctlpp_tables(seed), groups, gates, splits)
+    world = CtlppWorld(seed, variant, function_overlap, symbol_overlap, ctlpp_tables(seed), groups, gates, splits)
+    # a split these options leave empty is not made (the overlap splits without an overlap group; the unseen symbols
+    # when every symbol is shared); which are empty depends on the options, not on the seed
+    empty = [name for name, (pattern, depths) in splits.items() if not any(world.count(pattern, d) for d in depths)]
+    for name in empty:
+        del splits[name]
+    return world
 
 
-def ctlpp_split_names(variant: str = "parallel_branch", function_overlap: int = 0) -> list[str]:
-    """The splits `load_task("ctlpp", variant=..., function_overlap=...)` makes, `train` first."""
-    return list(ctlpp_world(0, variant, function_overlap).splits)
+def ctlpp_split_names(
+    variant: str = "parallel_branch", function_overlap: int = 0, symbol_overlap: int | None = None
+) -> list[str]:
+    """The splits `load_task("ctlpp", variant=..., function_overlap=..., symbol_overlap=...)` makes, `train`
+    first."""
+    return list(ctlpp_world(0, variant, function_overlap, symbol_overlap).splits)
 
 
 def ctlpp_samples(world: CtlppWorld, pattern: Pattern, depth: int) -> list[tuple[int, tuple[int, ...]]]:

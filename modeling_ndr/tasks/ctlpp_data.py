@@ -111,7 +111,7 @@ def load_ctlpp(
         depths = ", ".join(f"depth {depth}: {count}" for depth, count in plan["counts"])
         dataset.info.description = (
             f"{split} split of {call}, generator version {GENERATOR_VERSION}; {depths}. Label: the resulting symbol. "
-            f"Backward text `C b 5` means b(C(5)); forward writes `5 C b`. Depth: the number of functions. Groups: "
+            f"Backward text `b C 5` means b(C(5)); forward writes `5 C b`. Depth: the number of functions. Groups: "
             f"{groups}. Function tables (f(0) ... f(7)): {tables}."
         )
         splits[split] = dataset

@@ -262,6 +262,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         preset=run_config.get("preset") or "none (command-line arguments)",
         ndr_version=run_config.get("ndr_version"),
         commit=run_config.get("commit"),
+        recorded_in=run_config.get("recorded_in"),
         seed=run_config.get("seed"),
         config=config,
         num_parameters=f"{model.num_parameters():,}",
@@ -286,7 +287,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         if task_name == "ctlpp"
         else [],
         ctlpp_groups=ctlpp_groups(task) if task_name == "ctlpp" else "",
-        direction=task.get("direction") or "forward",
+        direction=task.get("direction") or ("backward" if task_name == "ctlpp" else "forward"),
         per_token=per_token,
     )
 

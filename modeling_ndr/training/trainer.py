@@ -280,7 +280,8 @@ def _suffixed(metrics: dict, prefix: str) -> dict:
 def task_eval_splits(data_args) -> list[str]:
     """The evaluation splits of one of the paper's tasks (CTL++: its variant's test splits)."""
     if data_args.task == "ctlpp":
-        return ctlpp_split_names(data_args.task_variant or "parallel_branch", data_args.function_overlap or 0)[1:]
+        variant = data_args.task_variant or "parallel_branch"
+        return ctlpp_split_names(variant, data_args.function_overlap or 0, data_args.symbol_overlap)[1:]
     return list(EVAL_SPLITS)
 
 

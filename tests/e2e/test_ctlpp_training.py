@@ -30,7 +30,7 @@ def ctlpp_run(tmp_path_factory):
 
 def test_the_preset_trains_on_the_variant_s_splits_and_exports(ctlpp_run):
     output_dir, results = ctlpp_run
-    assert list(results) == ctlpp_split_names("parallel_branch_2stage", 4)[1:]
+    assert list(results) == ctlpp_split_names("parallel_branch_2stage", 4, 3)[1:]
     config = json.loads((output_dir / "export" / "config.json").read_text())
     assert config["readout"] == "first" and config["id2label"]["7"] == "7"
     assert (config["num_hidden_layers"], config["eval_num_hidden_layers"]) == (2, 3)
@@ -77,3 +77,17 @@ def test_ctlpp_flags_that_do_not_fit_are_refused_in_one_line(flags, message, tmp
     train = load_script("training/train.py")
     with pytest.raises(UsageError, match=message):
         train.main([*flags, "--max_steps", "1", "--output_dir", str(tmp_path / "run")])
+
+
+def test_a_run_without_direction_trains_and_describes_the_backward_text(tmp_path):
+    """CTL++'s default direction is backward (its authors' runs): the data and the card agree without --direction."""
+    train = load_script("training/train.py")
+    train.main(["--task", "ctlpp", *SMALL, "--n_train", "4200", "--output_dir", str(tmp_path / "run")])
+    card = ModelCard.load(tmp_path / "run" / "export" / "README.md").text
+    assert "The text is written backwards" in card and "The symbol comes first" not in card
+    tables = dict(zip(CTLPP_FUNCTIONS, ctlpp_tables(5)))
+    section = card.split("## Input and output")[1].split("## Usage")[0]
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            text, answer = line.split("`")[1::2]
+            assert text.split(" ")[-1].isdigit() and str(evaluate_ctlpp(text, tables)[0]) == answer

@@ -413,3 +413,28 @@ def test_the_template_s_examples_of_the_string_addition_task_are_its_answers():
     assert len(rows) >= 2
     for text, answer in rows:
         assert task_answer({"task": "addition"}, text) == answer, text
+
+
+@pytest.mark.parametrize("folder", MODELS, ids=[path.name for path in MODELS])
+def test_the_card_names_the_version_and_commit_its_weights_come_from(folder):
+    """A release trained by today's code names the package version and the commit it ran at; one trained before runs
+    recorded them names the commit that recorded its weights (which must hold these very weights) and ndr's version
+    there."""
+    record = json.loads((folder / "run_config.json").read_text())
+    card = ModelCard.load(folder / "README.md").text
+    if record.get("ndr_version"):
+        assert f"Trained with ndr {record['ndr_version']}" in card
+        return
+    recorded = record["recorded_in"]
+    assert f"these weights were committed in `{recorded['commit']}`" in card
+    assert f"(ndr {recorded['ndr_version']})" in card
+    path = f"hub_cards/models/{folder.name}/model.safetensors"
+    blob = subprocess.run(["git", "rev-parse", f"{recorded['commit']}:{path}"], cwd=REPO, capture_output=True,
+                          text=True)  # fmt: skip
+    assert blob.returncode == 0, f"{recorded['commit']} holds no {path}: {blob.stderr.strip()}"
+    with open(folder / path.rsplit("/", 1)[-1], "rb") as f:
+        stored = subprocess.run(["git", "hash-object", "--stdin"], cwd=REPO, stdin=f, capture_output=True, text=True)
+    assert blob.stdout.strip() == stored.stdout.strip(), "the commit named holds these weights"
+    version = subprocess.run(["git", "show", f"{recorded['commit']}:modeling_ndr/__init__.py"], cwd=REPO,
+                             capture_output=True, text=True).stdout  # fmt: skip
+    assert f'__version__ = "{recorded["ndr_version"]}"' in version

@@ -197,6 +197,17 @@ def test_bad_options_are_named(options, message, tmp_path):
 def test_split_names_follow_the_variant():
     assert set(CTLPP_VARIANTS) == {"alternate", "parallel_branch", "parallel_branch_2stage"}
     assert "test_all_overlap" not in ctlpp_split_names("parallel_branch", 0)
-    assert ctlpp_split_names("parallel_branch_2stage", 4)[-3:] == [
+    assert ctlpp_split_names("parallel_branch_2stage", 4, 3)[-3:] == [
         "test_cross_unseen_symbols", "test_unseen_pairs", "test_all_pairs"
     ]  # fmt: skip
+    # every symbol shared: no symbol is unseen on either route; no overlap group: the crossed pairs are still unseen
+    assert "test_cross_unseen_symbols" not in ctlpp_split_names("parallel_branch_2stage", 4)
+    assert "test_unseen_pairs" in ctlpp_split_names("parallel_branch_2stage", 0)
+
+
+@pytest.mark.parametrize(("overlap", "symbols"), [(8, None), (0, None), (16, 1)])
+def test_every_option_the_checks_accept_makes_its_splits(overlap, symbols, tmp_path):
+    data = load_task("ctlpp", n_train=N_TRAIN, n_eval=N_EVAL, cache_dir=str(tmp_path),
+                     variant="parallel_branch_2stage", function_overlap=overlap, symbol_overlap=symbols)  # fmt: skip
+    assert list(data) == ctlpp_split_names("parallel_branch_2stage", overlap, symbols)
+    assert all(len(split) for split in data.values())
