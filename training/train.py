@@ -115,10 +115,11 @@ def main(argv: list[str] | None = None) -> dict:
         return run(argv, data_args, model_args, run_args, training_args, preset)
 
 
-def headline(export_dir: str, results: dict, steps: int, precision: str) -> str:
-    """The run's last split (ood_test for the paper's tasks) as the exported model scores it as loaded (with adaptive
-    steps where the export chose them: its own `eval_results.json`, in float32), with the fixed-step figure beside."""
-    split = list(results)[-1]
+def headline(export_dir: str, results: dict, steps: int, precision: str, task: str | None = None) -> str:
+    """The run's last split (ood_test for the paper's tasks; for CTL++ its variant's split of never-seen orders, the
+    first after iid_test) as the exported model scores it as loaded (with adaptive steps where the export chose them:
+    its own `eval_results.json`, in float32), with the fixed-step figure beside."""
+    split = list(results)[1] if task == "ctlpp" and len(results) > 1 else list(results)[-1]
     trainer_figure = f"{results[split]['accuracy']:.4f} as Trainer evaluated the selected checkpoint ({steps} steps"
     try:
         with open(os.path.join(export_dir, "eval_results.json")) as f:
@@ -385,7 +386,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         export_model(training_args.output_dir, export_dir, results, run_config, repo_id, study=export_study)
         if results:  # first what a user of the export gets, then the Trainer's table per depth
             steps = model.config.eval_num_hidden_layers or model.config.num_hidden_layers
-            print("\n" + headline(export_dir, results, steps, describe_precision(training_args)))
+            print("\n" + headline(export_dir, results, steps, describe_precision(training_args), data_args.task))
             print("\n" + results_table(results) + "\n")
         print(f"trained in {describe_precision(training_args)} on {run_config.get('machine', training_args.device)}")
         if (adaptive_summary := export_summary(export_dir)) is not None:  # CTL: fixed against adaptive steps

@@ -40,6 +40,13 @@ def test_the_preset_trains_on_the_variant_s_splits_and_exports(ctlpp_run):
     )  # fmt: skip
 
 
+def test_the_headline_is_the_variant_s_split_of_never_seen_orders(ctlpp_run, tmp_path):
+    _, results = ctlpp_run
+    train = load_script("training/train.py")
+    line = train.headline(str(tmp_path), results, 3, "fp32", "ctlpp")
+    assert line.startswith("test_group_alternate accuracy of the exported model as loaded")
+
+
 def test_the_card_says_its_input_with_right_answers_and_that_it_reports_the_last_checkpoint(ctlpp_run):
     output_dir, _ = ctlpp_run
     card = ModelCard.load(output_dir / "export" / "README.md").text

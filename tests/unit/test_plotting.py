@@ -115,7 +115,7 @@ def test_ctlpp_group_accuracy_counts_every_pair_of_functions_by_their_groups():
     tokenizer, world = task_tokenizer("ctlpp"), ctlpp_world(0, "parallel_branch_2stage", 4, 3)
     config = NDRConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=16, num_hidden_layers=2,
                        num_labels=8, id2label={i: str(i) for i in range(8)}, readout="first")  # fmt: skip
-    model = NDRForSequenceClassification(config)
+    model = NDRForSequenceClassification(config).eval()  # as the study evaluates it: no dropout
     accuracy = ctlpp_group_accuracy(model, tokenizer, world)
     assert set(accuracy) == {(a, b) for a in world.groups for b in world.groups}
     first, second = world.groups["a1"], world.groups["b2"]  # one pair of groups, recomputed here
