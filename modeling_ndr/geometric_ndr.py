@@ -425,13 +425,13 @@ def geometric_attention_weights(
 
             key_valid = None if attention_mask is None else attention_mask != 0
             return geometric_attention_triton(logits, left, right, key_valid)
-        # under autocast, bfloat16 logits go to the CPU kernel as they are; it computes in float32 a row at a time and
-        # writes bfloat16, what autocast's product with the values reads: no full-size copy either way
-        as_they_are = under_autocast and logits.dtype == torch.bfloat16 and uses_cpu_kernel(logits, kernel)
+        # under autocast the CPU kernel reads bf16 logits as they are and writes bf16 (float32 inside): no full copies
+        on_cpu_kernel = uses_cpu_kernel(logits, kernel)  # never for CUDA tensors: the op is CPU-only
+        as_they_are = under_autocast and logits.dtype == torch.bfloat16 and on_cpu_kernel
         content, small = (logits, torch.float32) if as_they_are else (logits.to(dtype), dtype)
         if left is not None:
             left, right = left.to(small), right.to(small)
-        if uses_cpu_kernel(content, kernel):  # never for CUDA tensors: the op has a CPU implementation only
+        if on_cpu_kernel:
             if left is None:
                 left = right = content.new_zeros(content.shape[:-1], dtype=small)
             key_valid = None if attention_mask is None else (attention_mask != 0).to(small).contiguous()

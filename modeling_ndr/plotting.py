@@ -254,7 +254,8 @@ def plot_representation_similarity(model, tokenizer, world, direction: str = "ba
     states = torch.nn.functional.normalize(states, dim=-1).view(len(CTLPP_SYMBOLS), len(order), -1)
     similarity = states @ states.transpose(1, 2)  # (symbols, functions, functions)
     groups = [world.group_of(f) for f in order]
-    main = [g for g in world.groups if g != "o" and world.groups[g]]
+    names = [g for g, members in world.groups.items() if members]  # the groups that have functions
+    main = [g for g in names if g != "o"]
     same = torch.tensor([[a == b and a in main for b in groups] for a in groups]) & ~torch.eye(len(order), dtype=bool)
     apart = torch.tensor([[a != b and a in main and b in main for b in groups] for a in groups])
     accuracy = ctlpp_group_accuracy(model, tokenizer, world, direction)
@@ -275,8 +276,6 @@ def plot_representation_similarity(model, tokenizer, world, direction: str = "ba
         axis.set_title(f"f(x) = {CTLPP_SYMBOLS[s]}", fontsize=9)
     figure.colorbar(image, ax=figure.axes, shrink=0.6, label="cosine similarity")
     axis = figure.add_subplot(grid[:, 4])
-    names = list(world.groups)
-    names = [g for g in names if world.groups[g]]
     table = [[accuracy.get((a, b), float("nan")) for b in names] for a in names]
     axis.imshow(table, vmin=0, vmax=1, cmap="viridis")
     for i, row in enumerate(table):

@@ -56,7 +56,7 @@ from modeling_ndr.training import (
     standard_columns,
     warn_unknown_words,
 )
-from modeling_ndr.training.arguments import task_options
+from modeling_ndr.training.arguments import CTLPP_FLAGS, task_options
 from modeling_ndr.training.evaluation import predict
 from modeling_ndr.training.token_labels import encode_token_task, token_columns, token_metrics
 from modeling_ndr.training.trainer import nested_results
@@ -134,9 +134,7 @@ def parse_arguments(argv):
         parser.error("--split goes with --task or --dataset_name; name files with --file NAME=FILE")
     if args.depths and args.task != "ctl":
         parser.error("--depths goes with --task ctl")
-    ctlpp = [
-        flag for flag in ("task_variant", "function_overlap", "symbol_overlap") if getattr(args, flag) is not None
-    ]
+    ctlpp = [flag for flag in CTLPP_FLAGS if getattr(args, flag) is not None]
     if ctlpp and args.task != "ctlpp":
         parser.error(f"--{ctlpp[0]} goes with --task ctlpp")
     return args

@@ -82,8 +82,12 @@ class CtlppWorld:
     gates: tuple
     splits: dict  # split -> (Pattern, depths)
 
+    def __post_init__(self):  # each function's group, looked up at every step of every draw
+        lookup = {function: name for name, members in self.groups.items() for function in members}
+        object.__setattr__(self, "_group_of", lookup)
+
     def group_of(self, function: int) -> str:
-        return next(name for name, members in self.groups.items() if function in members)
+        return self._group_of[function]
 
     def options(self, pattern: Pattern, history: tuple[str, ...], symbol: int) -> tuple[list[int], bool]:
         """The functions that may come next after the groups `history` (from "IN") with `symbol` flowing, and

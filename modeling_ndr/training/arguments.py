@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 # flags that only make sense with one source of data
 TASK_FLAGS = ("direction", "n_train", "n_eval", "task_seed", "task_variant", "function_overlap", "symbol_overlap")
 CTLPP_FLAGS = ("task_variant", "function_overlap", "symbol_overlap")
+# the data flags that are `load_task` options, and the option each one sets
+LOAD_TASK_KEYWORDS = {"direction": "direction", "task_variant": "variant", "function_overlap": "function_overlap",
+                      "symbol_overlap": "symbol_overlap"}  # fmt: skip
 OWN_DATA_FLAGS = ("text_column", "label_column", "depth_column", "token_labels")
 # the flags that name your own data (any of them makes a run one on your data)
 OWN_DATA_SOURCES = ("dataset_name", "train_file", "validation_file", "test_file", "eval_files")
@@ -405,9 +408,8 @@ def check_data_arguments(data_args: DataArguments, given: set[str], preset: dict
 
 def task_options(data_args: DataArguments) -> dict:
     """The keyword options of `load_task` that the data flags give (direction; CTL++'s variant and overlaps)."""
-    names = {"direction": "direction", "task_variant": "variant", "function_overlap": "function_overlap",
-             "symbol_overlap": "symbol_overlap"}  # fmt: skip
-    return {option: getattr(data_args, flag) for flag, option in names.items() if getattr(data_args, flag) is not None}
+    return {keyword: getattr(data_args, flag) for flag, keyword in LOAD_TASK_KEYWORDS.items()
+            if getattr(data_args, flag) is not None}  # fmt: skip
 
 
 def check_position_coupling(data_args: DataArguments) -> None:

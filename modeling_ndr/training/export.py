@@ -26,6 +26,7 @@ from ..tasks.ctl import CTL_SYMBOLS, ctl_sample, ctl_tables, ctl_text_in_directi
 from ..tasks.ctlpp import CTLPP_FUNCTIONS, CTLPP_SYMBOLS, ctlpp_samples, ctlpp_text, ctlpp_world
 from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
+from .arguments import LOAD_TASK_KEYWORDS
 from .atomic import atomic_folder, check_replaceable
 from .presets import REPO_ROOT
 from .records import read_json
@@ -149,14 +150,7 @@ def task_description(task: dict) -> tuple[str, str]:
         extra = [f"{split}={path}" for split, path in files.items() if split not in flags]
         return f"own data ({own_data_name(task)})", " ".join(named + (["--eval_files", *extra] if extra else []))
     task_name = task.get("task") or "ctl"
-    names = {
-        "task_variant": "variant",
-        "function_overlap": "function_overlap",
-        "symbol_overlap": "symbol_overlap",
-        "direction": "direction",
-        "n_train": "n_train",
-        "n_eval": "n_eval",
-    }  # flag -> load_task's keyword
+    names = {**LOAD_TASK_KEYWORDS, "n_train": "n_train", "n_eval": "n_eval"}  # flag -> load_task's keyword
     options = {names[k]: v for k, v in task.items() if k in names and v is not None}
     function = "load_token_task" if task_name in TOKEN_TASK_NAMES else "load_task"
     call = f"{function}({task_name!r}" + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"
@@ -303,11 +297,17 @@ def ctl_examples(task: dict) -> list[tuple[str, str]]:
     return examples
 
 
+def task_world(task: dict):
+    """The CTL++ task a run trained on (`ctlpp_world`), from the `task` entry of its `run_config.json`."""
+    options = {keyword: task[flag] for flag, keyword in LOAD_TASK_KEYWORDS.items() if task.get(flag) is not None}
+    options.pop("direction", None)
+    return ctlpp_world(task.get("task_seed") or 0, **options)
+
+
 def ctlpp_examples(task: dict) -> list[tuple[str, str]]:
     """Three CTL++ compositions of a run's task (its seed's functions, its direction) with their answers: the first
     of its training pattern, then two of its first test split."""
-    world = ctlpp_world(task.get("task_seed") or 0, task.get("task_variant") or "parallel_branch",
-                        task.get("function_overlap") or 0, task.get("symbol_overlap"))  # fmt: skip
+    world = task_world(task)
     direction = task.get("direction") or "backward"
     train, (test, test_depths) = world.splits["train"][0], list(world.splits.values())[2]
     deeper = next(depth for depth in test_depths[1:] if world.count(test, depth) > 0)  # 2-stage: even depths only
@@ -320,8 +320,7 @@ def ctlpp_examples(task: dict) -> list[tuple[str, str]]:
 
 def ctlpp_groups(task: dict) -> str:
     """The groups of a CTL++ run's functions, for its card: `a: a b c ...; b: ...`."""
-    world = ctlpp_world(task.get("task_seed") or 0, task.get("task_variant") or "parallel_branch",
-                        task.get("function_overlap") or 0, task.get("symbol_overlap"))  # fmt: skip
+    world = task_world(task)
     return "; ".join(f"{group}: {' '.join(CTLPP_FUNCTIONS[f] for f in members)}"
                      for group, members in world.groups.items() if members)  # fmt: skip
 
