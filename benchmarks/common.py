@@ -18,6 +18,9 @@ import torch
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# train.py's own modules (`ndr_training`), beside it in training/: the benchmarks that time or read its pieces import
+# this module first
+sys.path.insert(0, os.path.join(REPO, "training"))
 # The commit before the performance work (issue 11): "before" in the comparisons.
 REFERENCE_COMMIT = "6cddcbd"
 

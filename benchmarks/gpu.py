@@ -203,7 +203,7 @@ def attention_op(
 def preset_model_and_batches(preset: str, device: torch.device, tiny: bool, batches: int = 4):
     """The preset's model (its NDRConfig fields) and `batches` batches of its task's training rows, as train.py
     builds them: the global batch of the preset (`total_batch_size`), length-grouped if the preset groups batches."""
-    from modeling_ndr.training import config_values, parse_arguments
+    from ndr_training import config_values, parse_arguments
 
     data_args, model_args, run_args, training_args, _ = parse_arguments(
         ["--preset", preset, "--output_dir", os.devnull, "--use_cpu", str(device.type == "cpu")]

@@ -26,8 +26,8 @@ import torch
 from common import REPO, interleaved, machine, save_json
 from modeling_ndr import NDRConfig, NDRForSequenceClassification
 from modeling_ndr.tables import markdown_table
-from modeling_ndr.training.devices import cpu_has_native_bf16
 from modeling_ndr.training.presets import read_preset
+from ndr_training.devices import cpu_has_native_bf16
 from training_step import task_batches
 
 

@@ -53,8 +53,7 @@ def render_lines(models: Path = RELEASED) -> str:
     `ood_test`) and what it released."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub_cards"))  # release tooling: not in the package
     from line_records import samples_seen, warm_seconds
-
-    from modeling_ndr.training.records import evaluation_history
+    from ndr_training.records import evaluation_history
 
     blocks = []
     for record in sorted(models.glob("*/last-checkpoint/continuation.json")):

@@ -6,10 +6,17 @@ release's selection metric, and the points of its curve. See `release_line` for 
 import datetime
 import os
 import subprocess
+import sys
 
-from modeling_ndr.training.errors import UsageError, first_line
-from modeling_ndr.training.preemption import CLOCK_KEY, read_stopped
-from modeling_ndr.training.records import evaluation_history, read_json
+
+# the training scripts' modules (train.py's `ndr_training`, `processes`), siblings of this folder's scripts: the first
+# module of the release tooling that needs them puts their folder on sys.path (release_line, release_cooldown and
+# make_model_repos import this one first)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "training"))
+
+from modeling_ndr.training.errors import UsageError, first_line, read_json  # noqa: E402
+from ndr_training.preemption import CLOCK_KEY, read_stopped  # noqa: E402
+from ndr_training.records import evaluation_history  # noqa: E402
 
 
 LAST_CHECKPOINT = "last-checkpoint"
@@ -253,3 +260,60 @@ def new_line(release_dir: str, recipe: dict, warm_start: bool, old_line: dict | 
         }
     line_id = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     return {"line_id": line_id, "recipe": recipe, "warm_start": warm, "chunks": []}
+
+
+def plot_training_curve(
+    points: list[dict], path=None, released_step: int | None = None, paper: dict | None = None, title: str = ""
+):
+    """A release line's learning curve: accuracy on each evaluation split against the training samples seen, with
+    the released checkpoint and the paper's budget and result marked (`release_line.write_release` puts it on the
+    card as `training_curve.png`).
+
+    Args:
+        points: `[{"samples": n, "step": s, "<split>": accuracy, ...}]` in order (`line_records.curve_points`); a
+            point's optional `line` (the line's id) marks where a new line starts from an earlier line's release.
+        path (*optional*): save the figure there.
+        released_step (*optional*): the step of the released checkpoint (a marker on each curve).
+        paper (*optional*): `{"samples": n, "ood_test": a}`: the paper's training budget (a vertical line) and its
+            `ood_test` accuracy (a horizontal line).
+        title (*optional*): what the curve is of (e.g. the release's name).
+
+    Returns:
+        `matplotlib.figure.Figure`.
+    """
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4), layout="constrained")
+    splits = [s for s in ("iid_test", "ood_valid", "ood_test") if any(s in p for p in points)]
+    styles = {"iid_test": ("tab:gray", ":"), "ood_valid": ("tab:blue", "-"), "ood_test": ("tab:orange", "-")}
+    for split in splits:
+        xs = [p["samples"] / 1e6 for p in points if p.get(split) is not None]
+        ys = [p[split] for p in points if p.get(split) is not None]
+        color, style = styles.get(split, (None, "-"))
+        axes.plot(xs, ys, style, color=color, label=split, linewidth=1.5)
+        released = [p for p in points if p["step"] == released_step and p.get(split) is not None][-1:]
+        if released:
+            axes.plot([released[0]["samples"] / 1e6], [released[0][split]], "o", color=color)
+    # where a line started from the weights another line released (its recipe changed): `points` name their line
+    starts = [p["samples"] / 1e6 for before, p in zip(points, points[1:]) if p.get("line") != before.get("line")]
+    for i, start in enumerate(starts):
+        axes.axvline(start, color="tab:purple", linestyle="-.", linewidth=1,
+                     label="a new line from the release" if i == 0 else None)  # fmt: skip
+    if paper:
+        axes.axvline(paper["samples"] / 1e6, color="tab:green", linestyle="--", linewidth=1)
+        axes.axhline(paper["ood_test"], color="tab:green", linestyle=":", linewidth=1)
+        axes.annotate(f"the paper: {paper['ood_test']:.2f} ood_test after {paper['samples'] / 1e6:.0f}M samples",
+                      (paper["samples"] / 1e6, paper["ood_test"]), textcoords="offset points", xytext=(-6, -14),
+                      ha="right", fontsize=8, color="tab:green")  # fmt: skip
+    axes.set_xlabel("training samples seen (millions)")
+    axes.set_ylabel("accuracy")
+    axes.set_ylim(0, 1.02)
+    axes.set_xlim(left=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right", fontsize=8)
+    title = (f"{title}: " if title else "") + "learning curve"
+    axes.set_title(title + (" (o: the released checkpoint)" if released_step is not None else ""), fontsize=10)
+    if path is not None:
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+    return figure

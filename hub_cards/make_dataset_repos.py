@@ -26,10 +26,10 @@ import argparse
 import collections
 import os
 
-import datasets
 from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
+import datasets
 from modeling_ndr import ctl_tables, load_task, task_label_names, task_readout
 from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import GENERATOR_VERSION, SPLIT_NAMES

@@ -17,11 +17,11 @@ names the error; the line goes on either way.
 
 import logging
 
-import datasets
 import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+import datasets
 from modeling_ndr.tasks import (
     SMALLEST_N_TRAIN,
     TASK_NAMES,

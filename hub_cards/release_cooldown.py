@@ -27,6 +27,8 @@ import logging
 import os
 import shutil
 
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
 from line_records import (
     BRANCH_CHECKPOINT,
     CONTINUATION_FILE,
@@ -39,6 +41,9 @@ from line_records import (
     release_metric,
     training_clock,
 )
+from modeling_ndr.training.atomic import clean_leftovers, temporary_sibling
+from modeling_ndr.training.errors import UsageError, first_line, read_json
+from ndr_training.records import evaluation_history
 from release_check import release_decision
 from release_line import (
     _check_work_dir_free,
@@ -51,11 +56,6 @@ from release_line import (
     write_last_checkpoint,
     write_release,
 )
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-from modeling_ndr.training.atomic import clean_leftovers, temporary_sibling
-from modeling_ndr.training.errors import UsageError, first_line
-from modeling_ndr.training.records import evaluation_history, read_json
 
 
 logger = logging.getLogger(__name__)

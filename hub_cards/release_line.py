@@ -41,10 +41,11 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import zipfile
 import zlib
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from file_parts import join_split_files, split_large_files
 from line_records import (
@@ -59,6 +60,7 @@ from line_records import (
     curve_points,
     metric_split,
     new_line,
+    plot_training_curve,
     read_line,
     recipe_difference,
     release_metric,
@@ -66,20 +68,15 @@ from line_records import (
     samples_seen,
     training_clock,
 )
-from release_check import release_decision
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
 from modeling_ndr.training.atomic import atomic_folder, clean_leftovers
-from modeling_ndr.training.checkpoints import checkpoint_problem, latest_complete_checkpoint
-from modeling_ndr.training.errors import UsageError, first_line
-from modeling_ndr.training.locking import OutputDirLock, lock_output_dir
-from modeling_ndr.training.preemption import EXIT_STOPPED, read_stopped
-from modeling_ndr.training.records import read_json
-
-
-# the child-process runner is a module of the training scripts (training/processes.py)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "training"))
-from processes import run_process  # noqa: E402
+from modeling_ndr.training.errors import UsageError, first_line, read_json
+from ndr_training.checkpoints import checkpoint_problem, latest_complete_checkpoint
+from ndr_training.locking import OutputDirLock, lock_output_dir
+from ndr_training.preemption import EXIT_STOPPED, read_stopped
+from processes import (
+    run_process,  # the child-process runner, a module of the training scripts (line_records: sys.path)
+)
+from release_check import release_decision
 
 
 logger = logging.getLogger(__name__)
@@ -125,8 +122,6 @@ def write_release(
     Returns:
         `release_dir`.
     """
-    from modeling_ndr.plotting import plot_training_curve
-
     step = checkpoint_step(checkpoint)
     clock = training_clock(read_json(os.path.join(checkpoint, "trainer_state.json")))
     record = compute_record(continuation, step, clock)

@@ -1,5 +1,5 @@
-"""Pictures of what an NDR does: the copy gate and the attention of every step on one input, learning curves, and
-CTL++'s look at the representations functions hand on (needs matplotlib)."""
+"""Pictures of what an NDR does: the copy gate and the attention of every step on one input, and CTL++'s look at the
+representations functions hand on (needs matplotlib)."""
 
 import torch
 
@@ -79,114 +79,6 @@ def _prediction(model, outputs) -> str:
     if labels.dim() == 1:  # one label per token (NDRForTokenClassification): those between [BOS] and [EOS]
         return " ".join(str(model.config.id2label.get(label, label)) for label in labels[1:-1].tolist())
     return str(model.config.id2label.get(labels.item(), labels.item()))
-
-
-def plot_training_curve(
-    points: list[dict], path=None, released_step: int | None = None, paper: dict | None = None, title: str = ""
-):
-    """A release line's learning curve: accuracy on each evaluation split against the training samples seen, with
-    the released checkpoint and the paper's budget and result marked (`release_line.write_release` puts it on the
-    card as `training_curve.png`).
-
-    Args:
-        points: `[{"samples": n, "step": s, "<split>": accuracy, ...}]` in order (`line_records.curve_points`); a
-            point's optional `line` (the line's id) marks where a new line starts from an earlier line's release.
-        path (*optional*): save the figure there.
-        released_step (*optional*): the step of the released checkpoint (a marker on each curve).
-        paper (*optional*): `{"samples": n, "ood_test": a}`: the paper's training budget (a vertical line) and its
-            `ood_test` accuracy (a horizontal line).
-        title (*optional*): what the curve is of (e.g. the release's name).
-
-    Returns:
-        `matplotlib.figure.Figure`.
-    """
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), layout="constrained")
-    splits = [s for s in ("iid_test", "ood_valid", "ood_test") if any(s in p for p in points)]
-    styles = {"iid_test": ("tab:gray", ":"), "ood_valid": ("tab:blue", "-"), "ood_test": ("tab:orange", "-")}
-    for split in splits:
-        xs = [p["samples"] / 1e6 for p in points if p.get(split) is not None]
-        ys = [p[split] for p in points if p.get(split) is not None]
-        color, style = styles.get(split, (None, "-"))
-        axes.plot(xs, ys, style, color=color, label=split, linewidth=1.5)
-        released = [p for p in points if p["step"] == released_step and p.get(split) is not None][-1:]
-        if released:
-            axes.plot([released[0]["samples"] / 1e6], [released[0][split]], "o", color=color)
-    # where a line started from the weights another line released (its recipe changed): `points` name their line
-    starts = [p["samples"] / 1e6 for before, p in zip(points, points[1:]) if p.get("line") != before.get("line")]
-    for i, start in enumerate(starts):
-        axes.axvline(start, color="tab:purple", linestyle="-.", linewidth=1,
-                     label="a new line from the release" if i == 0 else None)  # fmt: skip
-    if paper:
-        axes.axvline(paper["samples"] / 1e6, color="tab:green", linestyle="--", linewidth=1)
-        axes.axhline(paper["ood_test"], color="tab:green", linestyle=":", linewidth=1)
-        axes.annotate(f"the paper: {paper['ood_test']:.2f} ood_test after {paper['samples'] / 1e6:.0f}M samples",
-                      (paper["samples"] / 1e6, paper["ood_test"]), textcoords="offset points", xytext=(-6, -14),
-                      ha="right", fontsize=8, color="tab:green")  # fmt: skip
-    axes.set_xlabel("training samples seen (millions)")
-    axes.set_ylabel("accuracy")
-    axes.set_ylim(0, 1.02)
-    axes.set_xlim(left=0)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="lower right", fontsize=8)
-    title = (f"{title}: " if title else "") + "learning curve"
-    axes.set_title(title + (" (o: the released checkpoint)" if released_step is not None else ""), fontsize=10)
-    if path is not None:
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-    return figure
-
-
-def first_token_curves(trainer_state: dict, split: str) -> dict[str, list[tuple[int, float]]]:
-    """Accuracy per first token against the step, from a run's `trainer_state.json` (`--eval_by_first_token`):
-    `{"SM": [(step, accuracy), ...], "SM_depth_1": [...], ...}` for `split`."""
-    from .training.records import evaluation_history
-
-    curves = {}
-    for evaluation in evaluation_history(trainer_state):
-        for token, value in ((evaluation.get(split) or {}).get("by_first_token") or {}).items():
-            curves.setdefault(token, []).append((evaluation["step"], value))
-    return curves
-
-
-def plot_first_token_curves(runs: dict[str, tuple[dict, int]], split: str = "iid_test", depth: int = 1, path=None):
-    """Accuracy per first token (ListOps: per root operator) against training samples seen, one panel per run: each
-    operator on all of `split` (solid) and at `depth` (dashed), so that the record shows when each leaves chance.
-
-    Args:
-        runs: `{label: (trainer_state, samples per step)}`.
-        split: the evaluation split.
-        depth: the depth drawn dashed (1: ListOps' flat lists).
-        path (*optional*): save the figure there.
-
-    Returns:
-        `matplotlib.figure.Figure`.
-    """
-    import matplotlib.pyplot as plt
-
-    figure, panels = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.6), layout="constrained", squeeze=False)
-    for axes, (label, (state, batch)) in zip(panels[0], runs.items()):
-        curves = first_token_curves(state, split)
-        tokens = sorted(name for name in curves if "_depth_" not in name)
-        for index, token in enumerate(tokens):
-            color = f"C{index}"
-            for name, style in ((token, "-"), (f"{token}_depth_{depth}", "--")):
-                if name in curves:
-                    steps, values = zip(*curves[name])
-                    axes.plot([s * batch / 1e3 for s in steps], values, style, color=color, linewidth=1.3,
-                              label=token if style == "-" else None)  # fmt: skip
-        axes.set_title(label, fontsize=9)
-        axes.set_xlabel("training samples seen (thousands)")
-        axes.set_ylim(0, 1.02)
-        axes.set_xlim(left=0)
-        axes.grid(alpha=0.3)
-    panels[0][0].set_ylabel(f"{split} accuracy (dashed: depth {depth})")
-    panels[0][0].legend(loc="upper left", fontsize=8)
-    if path is not None:
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-    return figure
 
 
 @torch.no_grad()

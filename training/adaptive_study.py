@@ -86,7 +86,6 @@ def evaluation_rows(task: dict, n_eval: int | None = None) -> dict[str, list[dic
         `{split: [{"text", "label", "depth"}, ...]}`, labels as class indices of `task_label_names("ctl")`.
     """
     import datasets  # imported when a study runs
-
     from modeling_ndr import load_task
 
     seed, direction = task.get("task_seed") or 0, task.get("direction") or "forward"

@@ -68,9 +68,9 @@ from compare_runs import (
     with_budget,
     written_to_results,
 )
-
-from modeling_ndr.training import EXIT_STOPPED, UsageError, latest_complete_checkpoint, parse_arguments
-from modeling_ndr.training.records import read_json
+from modeling_ndr.training import UsageError
+from modeling_ndr.training.errors import read_json
+from ndr_training import EXIT_STOPPED, latest_complete_checkpoint, parse_arguments
 
 
 def train_variant(args, variant: str, extra: list[str], found: dict, finished_only: bool = False) -> dict | None:

@@ -7,21 +7,21 @@ import json
 import os
 import sys
 
-from compare_report import FIT, RECIPE_COLUMNS, RECORDED_BEFORE, SPLITS, results_name
-from processes import run_process
-
 import modeling_ndr
+from compare_report import FIT, RECIPE_COLUMNS, RECORDED_BEFORE, SPLITS, results_name
 from modeling_ndr.tasks import SMALLEST_N_TRAIN
-from modeling_ndr.training import (
+from modeling_ndr.training import read_variant
+from modeling_ndr.training.errors import read_json
+from ndr_training import (
     EXIT_STOPPED,
     config_values,
     flags_on_command_line,
     latest_complete_checkpoint,
     parse_arguments,
-    read_variant,
 )
-from modeling_ndr.training.preemption import STOPPED_FILE, read_stopped
-from modeling_ndr.training.records import evaluation_history, read_json, training_losses
+from ndr_training.preemption import STOPPED_FILE, read_stopped
+from ndr_training.records import evaluation_history, training_losses
+from processes import run_process
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))

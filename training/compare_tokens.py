@@ -24,11 +24,10 @@ import sys
 import time
 
 from compare_runs import launch, run_until_stopped
-
 from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
-from modeling_ndr.training import EXIT_STOPPED
-from modeling_ndr.training.records import read_json
+from modeling_ndr.training.errors import read_json
+from ndr_training import EXIT_STOPPED
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))

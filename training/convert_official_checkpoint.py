@@ -13,9 +13,8 @@ code, a tokenizer with the official vocabulary's ids, a model card naming the so
 import argparse
 import sys
 
-from official import convert_official_checkpoint
-
 from modeling_ndr.training.errors import exit_on_usage_error
+from official import convert_official_checkpoint
 
 
 def main(argv: list[str] | None = None) -> str:

@@ -30,36 +30,33 @@ import json
 import os
 import sys
 
-import datasets
 import numpy as np
 import torch
-from adaptive_study import DEEPER_SPLIT
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
+import datasets
 import modeling_ndr
+from adaptive_study import DEEPER_SPLIT
 from modeling_ndr.metrics import load_token_accuracy
 from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import COUPLED_TASKS, SMALLEST_N_TRAIN, TOKEN_TASK_NAMES, ctl_compositions
-from modeling_ndr.training import (
+from modeling_ndr.training import UsageError, exit_on_usage_error, first_line, results_table
+from modeling_ndr.training.evaluation import predict
+from ndr_training import (
     EVAL_SPLITS,
     DataArguments,
     Source,
-    UsageError,
     encode,
-    exit_on_usage_error,
-    first_line,
     label_namer,
     load_dataset_splits,
     load_depth_accuracy,
     read_data_file,
-    results_table,
     standard_columns,
     warn_unknown_words,
 )
-from modeling_ndr.training.arguments import CTLPP_FLAGS, task_options
-from modeling_ndr.training.evaluation import predict
-from modeling_ndr.training.token_labels import encode_token_task, token_columns, token_metrics
-from modeling_ndr.training.trainer import nested_results
+from ndr_training.arguments import CTLPP_FLAGS, task_options
+from ndr_training.token_labels import encode_token_task, token_columns, token_metrics
+from ndr_training.trainer import nested_results
 
 
 def parse_arguments(argv):

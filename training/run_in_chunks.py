@@ -13,9 +13,8 @@ import os
 import sys
 import time
 
+from ndr_training.preemption import EXIT_STOPPED, STOPPED_FILE, read_stopped
 from processes import run_process
-
-from modeling_ndr.training.preemption import EXIT_STOPPED, STOPPED_FILE, read_stopped
 
 
 def output_dir_of(command: list[str]) -> str | None:

@@ -37,24 +37,33 @@ import os
 import sys
 import time
 
-import datasets
 import huggingface_hub
 import torch
 import transformers
-from adaptive_study import export_study, export_summary
 from transformers import DataCollatorWithPadding, set_seed
 
+import datasets
 import modeling_ndr
+from adaptive_study import export_study, export_summary
 from modeling_ndr.geometric_ndr import attention_kernel, cpu_kernel_available
 from modeling_ndr.metrics import load_token_accuracy
 from modeling_ndr.position_coupling import BLANK, COUPLING_WORDS
 from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
 from modeling_ndr.training import (
+    UsageError,
+    exit_on_usage_error,
+    export_model,
+    read_variant,
+    resolve_checkpoint,
+    results_table,
+)
+from modeling_ndr.training.atomic import check_replaceable
+from modeling_ndr.training.export import EXPORT_FILES
+from ndr_training import (
     EXIT_STOPPED,
     NDRTrainer,
     TimeBoxCallback,
     TrainingStopped,
-    UsageError,
     apply_total_batch_size,
     build_tokenizer_and_model,
     check_best_metric,
@@ -65,41 +74,34 @@ from modeling_ndr.training import (
     describe_precision,
     encode,
     evaluate_splits,
-    exit_on_usage_error,
-    export_model,
     flags_on_command_line,
     load_depth_accuracy,
     metrics_function,
     parse_arguments,
     prepare_own_data,
-    read_variant,
-    resolve_checkpoint,
     restored_optimizer_settings,
-    results_table,
     run_record,
     training_record,
     warn_unknown_words,
     write_run_config,
 )
-from modeling_ndr.training.arguments import task_options
-from modeling_ndr.training.atomic import check_replaceable
-from modeling_ndr.training.checkpoints import saves_optimizer_states
-from modeling_ndr.training.data import cache_files, check_encoded
-from modeling_ndr.training.devices import gpu_preset_on_cpu, precision_note
-from modeling_ndr.training.export import EXPORT_FILES
-from modeling_ndr.training.locking import lock_output_dir
-from modeling_ndr.training.preemption import RunFinished, finish_resumed_run
-from modeling_ndr.training.sampling import resolve_sample_shares
-from modeling_ndr.training.schedules import PonderWeightSchedule
-from modeling_ndr.training.stopping import StopAtAccuracy, parse_stop_at_accuracy
-from modeling_ndr.training.token_labels import (
+from ndr_training.arguments import task_options
+from ndr_training.checkpoints import saves_optimizer_states
+from ndr_training.data import cache_files, check_encoded
+from ndr_training.devices import gpu_preset_on_cpu, precision_note
+from ndr_training.locking import lock_output_dir
+from ndr_training.preemption import RunFinished, finish_resumed_run
+from ndr_training.sampling import resolve_sample_shares
+from ndr_training.schedules import PonderWeightSchedule
+from ndr_training.stopping import StopAtAccuracy, parse_stop_at_accuracy
+from ndr_training.token_labels import (
     DataCollatorForTokenClassificationWithPositions,
     encode_token_task,
     is_token_task,
     token_metrics_function,
 )
-from modeling_ndr.training.trainer import add_first_token_column, first_token_metric_names, task_eval_splits
-from modeling_ndr.training.weight_average import WeightAverage
+from ndr_training.trainer import add_first_token_column, first_token_metric_names, task_eval_splits
+from ndr_training.weight_average import WeightAverage
 
 
 logger = logging.getLogger("ndr.train")

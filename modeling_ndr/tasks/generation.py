@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import datasets
 from tqdm.auto import tqdm
+
+import datasets
 
 from .arithmetic import arithmetic_space, arithmetic_stream
 from .common import (

@@ -21,10 +21,23 @@ import shutil
 from collections.abc import Iterator, Sequence
 
 from .errors import UsageError
-from .locking import process_alive
 
 
 logger = logging.getLogger(__name__)
+
+
+def process_running(pid: int) -> bool:
+    """Whether a process `pid` runs on this host (one of another user counts); False for a pid that is not a positive
+    int."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, owned by someone else
+    return True
 
 
 def _siblings(path: str) -> tuple[str, str]:
@@ -74,7 +87,7 @@ def clean_leftovers(path: str) -> list[str]:
             by_pid.setdefault(int(match[2]), {})[match[1]] = os.path.join(parent, entry)
     handled = []
     for pid, left in sorted(by_pid.items()):
-        if pid != os.getpid() and process_alive(pid):
+        if pid != os.getpid() and process_running(pid):
             logger.warning("%s: left alone, process %d (still running) is writing it", ", ".join(left.values()), pid)
             continue
         old, new = left.get("old"), left.get("tmp")

@@ -1,6 +1,8 @@
 """One-line user errors: a bad command line, preset, model setting or data file is reported as
-`SCRIPT: error: MESSAGE` (exit status 2), without a traceback, before any data is generated or any step trained."""
+`SCRIPT: error: MESSAGE` (exit status 2), without a traceback, before any data is generated or any step trained; the
+one JSON reader (`read_json`), which names a file that does not parse."""
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -40,3 +42,23 @@ def exit_on_usage_error(main: Callable[[], Any]) -> Any:
     except UsageError as error:
         print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
         sys.exit(2)
+
+
+def read_json(path: str):
+    """A JSON file's content; None if there is no such file. A file that is there but does not parse (cut short, or
+    not JSON) is a `UsageError` naming it, never taken for a missing one. The one JSON reader of the training code and
+    the release tooling.
+
+    Args:
+        path: the file.
+
+    Returns:
+        What the file holds, or None.
+    """
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, NotADirectoryError):  # (a path through a file: no such file either)
+        return None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(f"{path}: not a readable JSON file ({error})") from None

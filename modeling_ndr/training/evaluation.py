@@ -19,7 +19,13 @@ import numpy as np
 import torch
 
 from ..modeling_ndr import readout_positions, resolve_num_steps
-from .token_labels import pad_position_ids
+
+
+def pad_position_ids(rows, width: int, padding_side: str) -> torch.Tensor:
+    """Rows of `position_ids` padded with 0 (the padding is masked) to `width`, on the tokenizer's `padding_side`."""
+    left = padding_side == "left"
+    return torch.tensor([[0] * (width - len(row)) + list(row) if left else list(row) + [0] * (width - len(row))
+                         for row in rows])  # fmt: skip
 
 
 @dataclass

@@ -26,10 +26,9 @@ from ..tasks.ctl import CTL_SYMBOLS, ctl_sample, ctl_tables, ctl_text_in_directi
 from ..tasks.ctlpp import CTLPP_FUNCTIONS, CTLPP_SYMBOLS, ctlpp_samples, ctlpp_text, ctlpp_world
 from ..tokenization_ndr import NDRTokenizerFast
 from . import adaptive
-from .arguments import LOAD_TASK_KEYWORDS
 from .atomic import atomic_folder, check_replaceable
-from .presets import REPO_ROOT
-from .records import read_json
+from .errors import read_json
+from .presets import LOAD_TASK_KEYWORDS, REPO_ROOT
 
 
 TEMPLATE = str(importlib.resources.files("modeling_ndr") / "templates" / "model_card_template.md")  # package data

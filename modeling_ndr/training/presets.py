@@ -1,8 +1,8 @@
 """Presets and model variants: named sets of `train.py` flags in `configuration/NAME.yaml` (a preset with
 `base: OTHER` starts from preset OTHER's values), NDRConfig fields in `configuration/variants/NAME.yaml`, and the
-`--config_overrides "field=value,..."` string; `config_values` layers them into the NDRConfig fields of a run. A
-command line without `--preset` gets `own_data` for your data or `own_data_finetune` for fine-tuning
-(`default_preset`); a preset file marked `internal: true` (a test fixture) loads by name but is not offered to users.
+`--config_overrides "field=value,..."` string (train.py's `ndr_training.flags.config_values` layers them into the
+NDRConfig fields of a run). A preset file marked `internal: true` (a test fixture) loads by name but is not offered to
+users.
 
 A variant may also carry its own recipe: a `tasks:` section (`{task: {flag: value}}`, the paper's values for that
 variant on that task) and a `presets:` section (`{preset: {flag: value}}`, what changes under that preset, e.g. what
@@ -17,12 +17,11 @@ fields. Precedence, later wins:
 5. flags on the command line;
 6. `--config_overrides`.
 
-`variant_flags` gives the flags of 3 and 4 (they become parser defaults, over the preset's); `read_variant` gives the
-NDRConfig fields of 2 to 4 (`config_values` puts the command line and the overrides over them)."""
+train.py's `variant_flags` gives the flags of 3 and 4 (they become parser defaults, over the preset's); `read_variant`
+gives the NDRConfig fields of 2 to 4 (`config_values` puts the command line and the overrides over them)."""
 
 import importlib.resources
 import os
-from dataclasses import fields
 
 import yaml
 
@@ -36,11 +35,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # top-level `configuration/`), so an installed copy finds them outside the checkout too
 CONFIGURATION_DIR = str(importlib.resources.files("modeling_ndr") / "configuration")
 VARIANT_DIR = os.path.join(CONFIGURATION_DIR, "variants")
-# what a command line without --preset trains with (`default_preset`): a small NDR and a step budget that learn a toy
-# task in minutes on a CPU; fine-tuning takes the training flags only, with a gentler learning rate
-OWN_DATA_PRESET, FINE_TUNING_PRESET = "own_data", "own_data_finetune"
-# ModelArguments fields that are not NDRConfig fields (the others set the NDRConfig field of their name)
-NOT_CONFIG_FIELDS = ("model_name_or_path", "config_overrides", "attn_implementation")
+# train.py's data flags that are `load_task` options, and the option each one sets
+LOAD_TASK_KEYWORDS = {"direction": "direction", "task_variant": "variant", "function_overlap": "function_overlap",
+                      "symbol_overlap": "symbol_overlap"}  # fmt: skip
 
 
 def preset_path(name: str) -> str:
@@ -68,15 +65,6 @@ def available_presets() -> list[str]:
         for name in names
         if not read_mapping("--preset", preset_path(name), "flag names to values").get("internal")
     ]
-
-
-def default_preset(own_data: bool, fine_tuning: bool) -> str | None:
-    """The preset of a command line that names none: `own_data` for your own data, `own_data_finetune` for
-    fine-tuning (`--model_name_or_path`, on your data or a task: its training flags only, the model is the
-    checkpoint's), None for a new model on one of the paper's tasks (each has its presets)."""
-    if fine_tuning:
-        return FINE_TUNING_PRESET
-    return OWN_DATA_PRESET if own_data else None
 
 
 def read_preset(name: str, known: set[str] | None = None, _children: tuple[str, ...] = ()) -> dict:
@@ -204,51 +192,4 @@ def read_variant(name: str | None, task: str | None = None, preset: str | None =
         raise UsageError(f"--variant {path}: expected NDRConfig fields, got {unknown}")
     for section in applying:
         values.update({field: value for field, value in section.items() if field in config_field_names()})
-    return values
-
-
-def variant_flags(name: str | None, task: str | None, preset: str | None, known: set[str]) -> dict:
-    """The `train.py` flags (other than NDRConfig fields) that a variant's recipe sets for a run: its `tasks:`
-    section for `task`, then its `presets:` section for `preset` (see the module docstring).
-
-    Args:
-        name: the variant (see `read_variant`), or None.
-        task: the run's task, or None (own data).
-        preset: the run's preset, or None.
-        known: the names of `train.py`'s flags; a section naming anything else (neither a flag nor an NDRConfig
-            field) is a `UsageError` naming the file.
-
-    Returns:
-        `{flag: value}`, to be used as defaults over the preset's.
-    """
-    if not name:
-        return {}
-    path, _, applying = variant_sections(name, task, preset)
-    flags = {}
-    for section in applying:
-        if unknown := sorted(set(section) - known - config_field_names()):
-            raise UsageError(f"--variant {path}: its recipe sets {unknown}, which are not train.py flags")
-        flags.update({flag: value for flag, value in section.items() if flag not in config_field_names()})
-    return flags
-
-
-def config_values(model_args, variant: dict | None = None, given: set[str] = frozenset()) -> dict:
-    """The NDRConfig fields a run sets, later ones winning: the preset's model flags, the variant, the model flags
-    on the command line, then `--config_overrides`.
-
-    Args:
-        model_args: the run's `ModelArguments`; its fields other than `model_name_or_path` and `config_overrides`
-            are NDRConfig fields (None: not set).
-        variant: the variant's fields (`read_variant`).
-        given: the flags given on the command line (`given_flags`), to tell them from a preset's values.
-
-    Returns:
-        `{NDRConfig field: value}`.
-    """
-    flags = {f.name: getattr(model_args, f.name) for f in fields(model_args) if f.name not in NOT_CONFIG_FIELDS}
-    flags = {name: value for name, value in flags.items() if value is not None}
-    values = {name: value for name, value in flags.items() if name not in given}
-    values.update(variant or {})
-    values.update({name: value for name, value in flags.items() if name in given})
-    values.update(parse_config_overrides(model_args.config_overrides))
     return values

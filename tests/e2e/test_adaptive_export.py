@@ -6,9 +6,13 @@ documented command that measures the same numbers again."""
 import json
 from pathlib import Path
 
-import adaptive_study
 import numpy as np
 import pytest
+from huggingface_hub import ModelCard
+from safetensors.torch import load_file
+from scripts import load_script
+
+import adaptive_study
 from adaptive_study import (
     DEEPER_DEPTHS,
     DEEPER_SPLIT,
@@ -19,13 +23,10 @@ from adaptive_study import (
     export_study,
     export_summary,
 )
-from huggingface_hub import ModelCard
-from safetensors.torch import load_file
-from scripts import load_script
-
 from modeling_ndr import NDRConfig, task_label_names
-from modeling_ndr.training import Predictions, UsageError, export_model, new_model
+from modeling_ndr.training import Predictions, UsageError, export_model
 from modeling_ndr.training.adaptive import comparison_table
+from ndr_training.checkpoints import new_model
 
 
 N_EVAL = 40

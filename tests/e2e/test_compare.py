@@ -453,7 +453,7 @@ def test_the_budget_entry_survives_a_report_of_other_variants(continued, tmp_pat
 
 def test_stop_at_accuracy_is_one_line_before_anything_trains():
     from modeling_ndr.training import UsageError
-    from modeling_ndr.training.stopping import parse_stop_at_accuracy
+    from ndr_training.stopping import parse_stop_at_accuracy
 
     assert parse_stop_at_accuracy("iid_test=0.95", ["iid_test", "ood_test"]) == ("iid_test", 0.95)
     for bad, why in (("iid_test", "SPLIT=ACCURACY"), ("iid_test=1.5", "in [0, 1]"), ("train=0.5", "not on 'train'")):

@@ -11,13 +11,13 @@ import os
 import shutil
 import subprocess
 
-import datasets
 import pytest
 from datasets.info import DatasetInfosDict
 from hub_cache import cache_as_if_loaded_online, install_in_hub_cache
 from huggingface_hub import DatasetCard, snapshot_download
 from scripts import load_script
 
+import datasets
 from modeling_ndr import load_task
 from modeling_ndr.tasks import SPLIT_NAMES
 

@@ -13,11 +13,12 @@ import types
 import zipfile
 from pathlib import Path
 
-import gpu_session_plan as plan
 import pytest
 import torch
 from conftest import leaves_the_cpu_kernel_unbuilt
 from scripts import REPO, load_script
+
+import gpu_session_plan as plan
 
 
 session = load_script("hub_cards/gpu_session.py")

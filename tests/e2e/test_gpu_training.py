@@ -18,10 +18,10 @@ from transformers import DataCollatorWithPadding, TrainingArguments
 import modeling_ndr
 from modeling_ndr import NDRForSequenceClassification
 from modeling_ndr.tokenization_ndr import NDRTokenizerFast
-from modeling_ndr.training import (
+from modeling_ndr.training import UsageError, read_preset
+from ndr_training import (
     EXIT_STOPPED,
     NDRTrainer,
-    UsageError,
     apply_total_batch_size,
     cpu_has_native_bf16,
     describe_precision,
@@ -31,9 +31,8 @@ from modeling_ndr.training import (
     parse_arguments,
     per_device_batch_size,
     precision_defaults,
-    read_preset,
 )
-from modeling_ndr.training.devices import gpu_preset_on_cpu
+from ndr_training.devices import gpu_preset_on_cpu
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +134,7 @@ def test_total_batch_size_gives_way_to_a_per_device_batch_on_the_command_line():
 def test_precision_auto_is_bf16_only_where_the_gpu_has_it(cuda, bf16, precision, expected, native_bf16, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16)
-    monkeypatch.setattr("modeling_ndr.training.devices._tf32_available", lambda: cuda)
+    monkeypatch.setattr("ndr_training.devices._tf32_available", lambda: cuda)
     assert precision_defaults(precision, use_cpu=False, given=set()) == expected, "the GPU decides, not the CPU"
     assert precision_defaults(precision, use_cpu=False, given={"fp16"}) == {}, "--bf16/--fp16 given win"
     expected_on_cpu = {"bf16": native_bf16, "fp16": False}
@@ -178,7 +177,7 @@ def test_a_gpu_preset_without_a_gpu_trains_on_the_cpu_in_what_the_cpu_runs(prese
 
 
 def test_the_environment_can_say_what_the_cpu_has(monkeypatch):
-    monkeypatch.setattr("modeling_ndr.training.devices.cpu_reports_native_bf16", lambda: False)
+    monkeypatch.setattr("ndr_training.devices.cpu_reports_native_bf16", lambda: False)
     monkeypatch.setenv("NDR_CPU_NATIVE_BF16", "1")
     assert cpu_has_native_bf16(), "1: native bf16, whatever the CPU reports"
     monkeypatch.setenv("NDR_CPU_NATIVE_BF16", "yes")

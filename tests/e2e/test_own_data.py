@@ -20,6 +20,7 @@ from scripts import load_script
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline, set_seed
 
 import modeling_ndr
+import ndr_training
 from modeling_ndr import NDRForSequenceClassification, training
 from modeling_ndr.metrics import DEPTH_ACCURACY
 from modeling_ndr.training.evaluation import predict
@@ -158,9 +159,9 @@ def test_readout_defaults_to_last_for_own_data_and_to_the_task_s(train, lookup_d
     folder, _ = lookup_data
     data = [] if "--task" in flags else ["--train_file", str(folder / "train.jsonl")]
     argv = data + flags + ["--output_dir", str(tmp_path)]
-    data_args, model_args, *_ = training.parse_arguments(argv)
-    training.check_data_arguments(data_args, training.flags_on_command_line(argv), {})
-    _, model = training.build_tokenizer_and_model(data_args, model_args, ["0", "1"], ["101 j"])
+    data_args, model_args, *_ = ndr_training.parse_arguments(argv)
+    ndr_training.check_data_arguments(data_args, ndr_training.flags_on_command_line(argv), {})
+    _, model = ndr_training.build_tokenizer_and_model(data_args, model_args, ["0", "1"], ["101 j"])
     assert model.config.readout == readout
 
 
@@ -179,10 +180,10 @@ def test_fine_tuning_adds_new_words_and_keeps_the_old_embedding_rows(train, json
     old_embeddings = NDRForSequenceClassification.from_pretrained(checkpoint).get_input_embeddings().weight
     path = fine_tune_data(tmp_path, [("101 s j t", "000"), ("110 u k", "011")])
     argv = ["--model_name_or_path", str(checkpoint), "--train_file", str(path), "--output_dir", str(tmp_path / "o")]
-    data_args, model_args, *_ = training.parse_arguments(argv)
-    training.check_data_arguments(data_args, training.flags_on_command_line(argv), {})
+    data_args, model_args, *_ = ndr_training.parse_arguments(argv)
+    ndr_training.check_data_arguments(data_args, ndr_training.flags_on_command_line(argv), {})
     with caplog.at_level(logging.WARNING, logger="modeling_ndr.training"):
-        tokenizer, model = training.build_tokenizer_and_model(
+        tokenizer, model = ndr_training.build_tokenizer_and_model(
             data_args, model_args, ["000", "011"], ["101 s j t", "110 u k"]
         )
     assert len(tokenizer) == len(old_tokenizer) + 3 and model.config.vocab_size == len(tokenizer), "s, t, u added"
@@ -200,10 +201,12 @@ def test_fine_tuning_trains_the_new_embedding_rows(train, jsonl_run, tmp_path):
             "--weight_decay", "0", "--output_dir", str(tmp_path / "run")] + TINY_MODEL  # fmt: skip
 
     def initial_rows():  # what train.main builds before training: same seed, same calls
-        data_args, model_args, _, training_args, _ = training.parse_arguments(argv)
-        training.check_data_arguments(data_args, training.flags_on_command_line(argv), {})
+        data_args, model_args, _, training_args, _ = ndr_training.parse_arguments(argv)
+        ndr_training.check_data_arguments(data_args, ndr_training.flags_on_command_line(argv), {})
         set_seed(training_args.seed)
-        _, model = training.build_tokenizer_and_model(data_args, model_args, ["000", "011"], ["101 s j t", "110 u k"])
+        _, model = ndr_training.build_tokenizer_and_model(
+            data_args, model_args, ["000", "011"], ["101 s j t", "110 u k"]
+        )
         return model.get_input_embeddings().weight[-3:].detach().clone()
 
     before = initial_rows()
@@ -216,9 +219,9 @@ def test_fine_tuning_trains_the_new_embedding_rows(train, jsonl_run, tmp_path):
 def build_for_labels(train, checkpoint: Path, labels: list[str], tmp_path: Path):
     path = fine_tune_data(tmp_path, [("101 j", label) for label in labels])
     argv = ["--model_name_or_path", str(checkpoint), "--train_file", str(path), "--output_dir", str(tmp_path / "o")]
-    data_args, model_args, *_ = training.parse_arguments(argv)
-    training.check_data_arguments(data_args, training.flags_on_command_line(argv), {})
-    return training.build_tokenizer_and_model(data_args, model_args, labels, ["101 j"])[1]
+    data_args, model_args, *_ = ndr_training.parse_arguments(argv)
+    ndr_training.check_data_arguments(data_args, ndr_training.flags_on_command_line(argv), {})
+    return ndr_training.build_tokenizer_and_model(data_args, model_args, labels, ["101 j"])[1]
 
 
 def test_a_different_label_count_gets_a_new_head_and_says_so(train, jsonl_run, tmp_path, caplog):

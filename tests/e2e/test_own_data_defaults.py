@@ -14,14 +14,15 @@ import types
 import warnings
 from pathlib import Path
 
-import datasets
 import huggingface_hub
 import pytest
 import transformers
 from scripts import load_script
 
+import datasets
+import ndr_training
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, build_tokenizer, training
-from modeling_ndr.training import export, presets
+from modeling_ndr.training import export
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def fine_tune_run(train, data, checkpoint, tmp_path_factory):
     step budget cut to 3 steps of 16 samples: its output folder and what it printed, warned and logged. Progress bars
     are switched on first, so that only train.py's --disable_tqdm can switch them off."""
     short = tmp_path_factory.mktemp("preset") / "own_data_finetune_short.yaml"
-    short.write_text(f"base: {presets.FINE_TUNING_PRESET}\nmax_steps: 3\nper_device_train_batch_size: 16\n")
+    short.write_text(f"base: {ndr_training.flags.FINE_TUNING_PRESET}\nmax_steps: 3\nper_device_train_batch_size: 16\n")
     output_dir = tmp_path_factory.mktemp("fine_tune") / "ft"
     argv = ["--model_name_or_path", str(checkpoint), "--learning_rate", "3e-4",
             "--train_file", str(data / "train.jsonl"), "--eval_files", f"ood_test={data / 'ood_test.jsonl'}",
@@ -88,7 +89,7 @@ def fine_tune_run(train, data, checkpoint, tmp_path_factory):
     root.addHandler(handler)
     root.setLevel(logging.INFO)  # under pytest, train.py's logging.basicConfig leaves the root logger as it is
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setattr(presets, "FINE_TUNING_PRESET", str(short))
+    monkeypatch.setattr(ndr_training.flags, "FINE_TUNING_PRESET", str(short))
     try:
         with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(recorded.stderr):
             warnings.simplefilter("always")
@@ -106,7 +107,7 @@ def fine_tune_run(train, data, checkpoint, tmp_path_factory):
 
 def test_own_data_without_a_preset_trains_with_the_own_data_preset(data, tmp_path):
     argv = ["--train_file", str(data / "train.jsonl"), "--output_dir", str(tmp_path)]
-    _, model_args, run_args, training_args, preset = training.parse_arguments(argv)
+    _, model_args, run_args, training_args, preset = ndr_training.parse_arguments(argv)
     assert run_args.preset == "own_data" and preset == training.read_preset("own_data"), "the implied preset"
     assert training_args.max_steps == preset["max_steps"] > 0, "a step budget: the run trains"
     assert (model_args.hidden_size, training_args.learning_rate) == (preset["hidden_size"], preset["learning_rate"]), (
@@ -116,11 +117,13 @@ def test_own_data_without_a_preset_trains_with_the_own_data_preset(data, tmp_pat
 
 def test_fine_tuning_without_a_preset_keeps_the_checkpoint_s_shapes_and_learns_more_gently(data, checkpoint, tmp_path):
     argv = ["--model_name_or_path", str(checkpoint), "--train_file", str(data / "train.jsonl")]
-    _, model_args, run_args, training_args, preset = training.parse_arguments(argv + ["--output_dir", str(tmp_path)])
+    _, model_args, run_args, training_args, preset = ndr_training.parse_arguments(
+        argv + ["--output_dir", str(tmp_path)]
+    )
     assert run_args.preset == "own_data_finetune" and training_args.max_steps == preset["max_steps"] > 0
     assert training_args.learning_rate < training.read_preset("own_data")["learning_rate"], "gentler than scratch"
     assert model_args.hidden_size is None and model_args.num_hidden_layers is None, "the shapes are the checkpoint's"
-    explicit = training.parse_arguments(argv + ["--preset", "ctl_cpu", "--output_dir", str(tmp_path)])
+    explicit = ndr_training.parse_arguments(argv + ["--preset", "ctl_cpu", "--output_dir", str(tmp_path)])
     assert explicit[2].preset == "ctl_cpu", "a preset on the command line wins"
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_in_chunks import output_dir_of, run_in_chunks
 from safetensors.torch import load_file
 from scripts import load_script
 from tiny import tiny_train_args
 from transformers import TrainerCallback
 
-from modeling_ndr.training import EXIT_STOPPED, BalancedSampler, TrainingStopped
-from modeling_ndr.training.preemption import STOPPED_FILE
+from ndr_training import EXIT_STOPPED, BalancedSampler, TrainingStopped
+from ndr_training.preemption import STOPPED_FILE
+from run_in_chunks import output_dir_of, run_in_chunks
 
 
 REPO = Path(__file__).resolve().parents[2]

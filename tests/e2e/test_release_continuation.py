@@ -18,18 +18,18 @@ import sys
 import time
 from pathlib import Path
 
-import file_parts
 import pytest
-import release_line as line
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from scripts import load_script
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+import file_parts
 import modeling_ndr  # noqa: F401  (registers the NDR auto classes)
+import release_line as line
 from modeling_ndr.training import UsageError, read_preset
-from modeling_ndr.training.locking import OutputDirLock, lock_output_dir
+from ndr_training.locking import OutputDirLock, lock_output_dir
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -280,7 +280,7 @@ def test_a_new_line_from_the_release_carries_the_curve_that_led_to_it(first_chun
                                                                 **new["warm_start"]["results"]}  # fmt: skip
     assert [p["samples"] for p in points[len(carried) + 1 :]] == [warm + 2 * 8], "the new line's step 2, 8 a batch"
 
-    from modeling_ndr.plotting import plot_training_curve
+    from line_records import plot_training_curve
 
     figure = plot_training_curve(points, released_step=2)
     switch = [ln for ln in figure.axes[0].lines if ln.get_label() == "a new line from the release"]

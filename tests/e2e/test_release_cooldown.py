@@ -13,13 +13,13 @@ import shutil
 import subprocess
 
 import pytest
-import release_line as line
 import torch
-from release_cooldown import cooldown_arguments
 from safetensors.torch import load_file
 from test_release_continuation import COMMAND, NAME, PRESET, REPO, continue_tiny, repos, snapshot
 
+import release_line as line
 from modeling_ndr.training import UsageError
+from release_cooldown import cooldown_arguments
 
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")

@@ -17,11 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from modeling_ndr.training import atomic, locking
+from modeling_ndr.training import atomic
 from modeling_ndr.training.errors import UsageError
+from ndr_training import locking
 
 
 REPO = Path(__file__).resolve().parents[2]
+# the folder of train.py and its modules (`ndr_training`): a `python -c` child started there imports them as train.py
+# does, as siblings
+SCRIPTS = REPO / "training"
 
 
 def dead_pid() -> int:
@@ -35,12 +39,12 @@ def start_holder(folder: Path) -> subprocess.Popen:
     """A process that holds the lock of `folder` until it is killed; returns once the lock is held."""
     code = textwrap.dedent(f"""
         import sys, time
-        from modeling_ndr.training.locking import lock_output_dir
+        from ndr_training.locking import lock_output_dir
         with lock_output_dir({str(folder)!r}):
             print("locked", flush=True)
             time.sleep(600)
     """)
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=SCRIPTS)
     assert holder.stdout.readline().strip() == "locked"
     return holder
 
@@ -53,13 +57,13 @@ def test_a_second_process_on_a_locked_folder_stops_at_once_naming_the_holder(tmp
     try:
         code = textwrap.dedent(f"""
             from modeling_ndr.training.errors import exit_on_usage_error
-            from modeling_ndr.training.locking import lock_output_dir
+            from ndr_training.locking import lock_output_dir
             def main():
                 with lock_output_dir({str(tmp_path / "run")!r}):
                     print("second run got the lock")
             exit_on_usage_error(main)
         """)
-        second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+        second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=SCRIPTS)
     finally:
         holder.kill()
         holder.wait()
@@ -126,7 +130,7 @@ def test_a_killed_holder_releases_the_lock(tmp_path, caplog):
 def test_a_process_the_run_forked_does_not_keep_the_lock_once_the_run_is_killed(tmp_path, caplog):
     code = textwrap.dedent(f"""
         import os, time
-        from modeling_ndr.training.locking import lock_output_dir
+        from ndr_training.locking import lock_output_dir
         with lock_output_dir({str(tmp_path)!r}):
             if os.fork() == 0:  # a data-loader worker, alive while the test takes the folder
                 time.sleep(20)
@@ -134,7 +138,7 @@ def test_a_process_the_run_forked_does_not_keep_the_lock_once_the_run_is_killed(
             print("locked", flush=True)
             time.sleep(600)
     """)
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=SCRIPTS)
     assert holder.stdout.readline().strip() == "locked"
     holder.send_signal(signal.SIGKILL)
     holder.wait()
@@ -323,7 +327,7 @@ def jsonl(rows) -> str:
 
 def prepare(train_file: Path, depth: bool = True, **flags):
     """What train.py does with `--train_file` (and evaluation files): read, check, and name the labels."""
-    from modeling_ndr.training import DataArguments, prepare_own_data
+    from ndr_training import DataArguments, prepare_own_data
 
     flags.setdefault("depth_column", "depth" if depth else None)
     return prepare_own_data(DataArguments(train_file=str(train_file), **flags))
@@ -485,8 +489,7 @@ def test_an_empty_split_is_refused(tmp_path, name, content, message):
 
 def test_an_empty_dataset_split_is_refused():
     import datasets
-
-    from modeling_ndr.training import DataArguments, standard_columns
+    from ndr_training import DataArguments, standard_columns
 
     empty = datasets.Dataset.from_dict({"text": [], "label": []})
     with pytest.raises(UsageError, match="split 'test' of --dataset_name d: the split is empty"):
@@ -495,8 +498,7 @@ def test_an_empty_dataset_split_is_refused():
 
 def test_a_class_label_of_minus_one_is_a_split_without_answers(tmp_path):
     import datasets
-
-    from modeling_ndr.training import DataArguments, standard_columns
+    from ndr_training import DataArguments, standard_columns
 
     features = datasets.Features(text=datasets.Value("string"), label=datasets.ClassLabel(names=["no", "yes"]))
     split = datasets.Dataset.from_dict({"text": ["a b", "b a"], "label": [1, -1]}, features=features)
@@ -546,7 +548,7 @@ def test_words_pandas_would_read_as_missing_stay_text_in_a_csv(tmp_path):
 
 def test_texts_longer_than_model_max_length_are_kept_whole_and_said(tmp_path, caplog):
     from modeling_ndr import build_tokenizer
-    from modeling_ndr.training import encode
+    from ndr_training import encode
 
     rows = ROWS + [{"text": " ".join(["7"] * 600), "label": "b", "depth": 4}]
     (tmp_path / "t.jsonl").write_text(jsonl(rows))
@@ -623,7 +625,7 @@ HALF_WRITTEN = {
 
 
 def test_a_real_checkpoint_is_complete(checkpointed_run):
-    from modeling_ndr.training.checkpoints import checkpoint_problem
+    from ndr_training.checkpoints import checkpoint_problem
 
     for step in (2, 4):
         assert checkpoint_problem(str(checkpointed_run / "run" / f"checkpoint-{step}")) is None
@@ -631,7 +633,7 @@ def test_a_real_checkpoint_is_complete(checkpointed_run):
 
 @pytest.mark.parametrize("how", HALF_WRITTEN)
 def test_resume_auto_skips_a_half_written_checkpoint_naming_it(run_copy, how, caplog):
-    from modeling_ndr.training import check_resume
+    from ndr_training import check_resume
 
     half_write(run_copy / "checkpoint-4", how)
     with caplog.at_level(logging.WARNING):
@@ -641,7 +643,7 @@ def test_resume_auto_skips_a_half_written_checkpoint_naming_it(run_copy, how, ca
 
 @pytest.mark.parametrize("how", HALF_WRITTEN)
 def test_an_explicit_half_written_checkpoint_is_a_one_line_error(run_copy, how):
-    from modeling_ndr.training import check_resume
+    from ndr_training import check_resume
 
     half_write(run_copy / "checkpoint-4", how)
     with pytest.raises(UsageError) as error:
@@ -651,7 +653,7 @@ def test_an_explicit_half_written_checkpoint_is_a_one_line_error(run_copy, how):
 
 
 def test_resume_auto_starts_afresh_when_no_checkpoint_is_complete(run_copy, caplog):
-    from modeling_ndr.training import check_resume
+    from ndr_training import check_resume
 
     half_write(run_copy / "checkpoint-4", "weights removed")
     half_write(run_copy / "checkpoint-2", "optimizer truncated")
@@ -671,7 +673,7 @@ def test_a_run_resumed_past_a_half_written_checkpoint_trains_on_from_the_last_co
     assert "optimizer keeps" not in caplog.text, "resumed with the settings it was trained with: no warning"
     state = json.loads((run_copy / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
-    from modeling_ndr.training.checkpoints import checkpoint_problem
+    from ndr_training.checkpoints import checkpoint_problem
 
     assert checkpoint_problem(str(run_copy / "checkpoint-4")) is None, "step 4 was trained and saved again, whole"
 

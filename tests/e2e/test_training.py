@@ -17,6 +17,7 @@ from tiny import tiny_train_args
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 import modeling_ndr
+import ndr_training
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel, training
 from modeling_ndr.training import export
 
@@ -164,7 +165,7 @@ def test_the_run_record_and_the_card_name_the_package_version_and_the_commit(tra
 
 
 def test_source_commit_is_the_checkout_s_and_says_when_files_changed(tmp_path):
-    from modeling_ndr.training.records import source_commit
+    from ndr_training.records import source_commit
 
     assert source_commit(str(tmp_path / "script.py")) is None, "not in a git checkout"
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
@@ -301,20 +302,20 @@ def test_other_processes_leave_only_after_the_main_process_has_exported(tmp_path
 
 
 def test_preset_values_are_defaults_and_flags_override_them(tmp_path, native_bf16):
-    task_args, model_args, _, training_args, preset = training.parse_arguments(
+    task_args, model_args, _, training_args, preset = ndr_training.parse_arguments(
         ["--preset", "ctl_cpu", "--learning_rate", "0.5", "--output_dir", str(tmp_path)]
     )
     assert training_args.learning_rate == 0.5, "a command-line flag overrides the preset"
     assert model_args.hidden_size == preset["hidden_size"] and task_args.task == "ctl", "preset values are used"
     assert training_args.metric_for_best_model == "ood_valid_accuracy"
-    paper = training.parse_arguments(["--preset", "listops_paper"])[3]
+    paper = ndr_training.parse_arguments(["--preset", "listops_paper"])[3]
     assert paper.learning_rate == 2e-4 and paper.lr_scheduler_type == "constant" and paper.warmup_steps == 0
 
 
 @pytest.mark.parametrize("preset", sorted(path.stem for path in (REPO / "configuration").glob("*.yaml")))
 def test_every_preset_parses(preset, tmp_path, native_bf16):
     """On a CPU with native bf16 and on one without, GPU presets included (they train on the CPU without a GPU)."""
-    task_args, _, _, training_args, values = training.parse_arguments(
+    task_args, _, _, training_args, values = ndr_training.parse_arguments(
         ["--preset", preset, "--output_dir", str(tmp_path)]
     )
     assert task_args.task == values.get("task") and training_args.max_steps == values["max_steps"]  # own_data: None
@@ -336,7 +337,7 @@ def test_a_preset_can_start_from_another(tmp_path):
 def test_backward_demo_in_budget_reads_bos():
     """`make demo-backward-bos` trains backward CTL with the classifier on [BOS] (make demo passes --direction), and
     evaluates with more steps than it trains with (the ood_test depths need them)."""
-    task_args, model_args, *_ = training.parse_arguments(["--preset", "ctl_backward_bos_cpu"])
+    task_args, model_args, *_ = ndr_training.parse_arguments(["--preset", "ctl_backward_bos_cpu"])
     assert (task_args.direction, model_args.readout) == ("backward", "first")
     assert model_args.eval_num_hidden_layers > model_args.num_hidden_layers == 14
     dry_run = subprocess.run(["make", "-n", "demo-backward-bos"], cwd=REPO, capture_output=True, text=True)
@@ -356,7 +357,7 @@ def test_make_help_lists_every_target_with_a_description():
 def test_help_lists_every_flag_and_exits_0(capsys):
     # argparse %-formats every help text: a bare % in one (e.g. "9% of") crashed --help itself
     with pytest.raises(SystemExit) as done:
-        training.parse_arguments(["--help"])
+        ndr_training.parse_arguments(["--help"])
     shown = capsys.readouterr().out
     assert done.value.code == 0, "--help succeeds"
     assert all(flag in shown for flag in ("--balance_operators", "--stop_at_accuracy", "--max_wall_minutes")), shown
@@ -364,23 +365,24 @@ def test_help_lists_every_flag_and_exits_0(capsys):
 
 def test_bad_presets_are_refused_with_their_names(tmp_path):
     with pytest.raises(ValueError, match="no_such_preset"):
-        training.parse_arguments(["--preset", "no_such_preset"])
+        ndr_training.parse_arguments(["--preset", "no_such_preset"])
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: ctl\nhiden_size: 3\n")
     with pytest.raises(ValueError, match="hiden_size"):
-        training.parse_arguments(["--preset", str(bad)])
+        ndr_training.parse_arguments(["--preset", str(bad)])
 
 
 def test_balanced_sampler_draws_depths_uniformly():
-    from datasets import Dataset
     from transformers import TrainingArguments
+
+    from datasets import Dataset
 
     depths = [1] * 10 + [2] * 90 + [5] * 900
     dataset = Dataset.from_dict({"depth": depths, "input_ids": [[2, 3]] * len(depths)})
     model = NDRForSequenceClassification(
         NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
     )
-    trainer = training.NDRTrainer(
+    trainer = ndr_training.NDRTrainer(
         model=model,
         args=TrainingArguments(output_dir="unused", report_to="none", seed=3),
         train_dataset=dataset,
@@ -393,8 +395,9 @@ def test_balanced_sampler_draws_depths_uniformly():
 
 def test_balanced_sampler_groups_batches_by_length():
     """balance_depths with group_by_length: depths still drawn uniformly, and each batch holds similar lengths."""
-    from datasets import Dataset
     from transformers import TrainingArguments
+
+    from datasets import Dataset
 
     generator = torch.Generator().manual_seed(0)
     depths = [1] * 50 + [2] * 450 + [3] * 1500
@@ -409,7 +412,7 @@ def test_balanced_sampler_groups_batches_by_length():
             output_dir="unused", report_to="none", seed=3, per_device_train_batch_size=16,
             train_sampling_strategy=strategy,
         )  # fmt: skip
-        trainer = training.NDRTrainer(model=model, args=args, train_dataset=dataset, balance_depths=True)
+        trainer = ndr_training.NDRTrainer(model=model, args=args, train_dataset=dataset, balance_depths=True)
         order = list(trainer._get_train_sampler(dataset))
         assert len(order) == len(depths)
         return [order[i : i + 16] for i in range(0, len(order), 16)]

@@ -12,19 +12,9 @@ import torch
 import yaml
 
 from modeling_ndr import build_tokenizer
-from modeling_ndr.training import (
-    DataArguments,
-    UsageError,
-    adapted_checkpoint,
-    config_values,
-    encode,
-    flags_on_command_line,
-    new_model,
-    parse_arguments,
-    parse_config_overrides,
-    prepare_own_data,
-    read_variant,
-)
+from modeling_ndr.training import UsageError, adapted_checkpoint, parse_config_overrides, read_variant
+from ndr_training import DataArguments, config_values, encode, flags_on_command_line, parse_arguments, prepare_own_data
+from ndr_training.checkpoints import new_model
 
 
 REPO = Path(__file__).resolve().parents[2]

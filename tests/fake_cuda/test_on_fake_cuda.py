@@ -139,9 +139,9 @@ def test_a_collated_batch_moved_to_the_device_gives_a_loss_without_host_reads(tm
     from transformers import DataCollatorWithPadding, TrainingArguments
 
     import modeling_ndr
-    from modeling_ndr.training.checkpoints import new_model
-    from modeling_ndr.training.data import encode
-    from modeling_ndr.training.trainer import NDRTrainer
+    from ndr_training.checkpoints import new_model
+    from ndr_training.data import encode
+    from ndr_training.trainer import NDRTrainer
 
     sizes = dict(hidden_size=16, intermediate_size=24, num_attention_heads=2, num_hidden_layers=3)
     tokenizer, cpu_model = new_model("listops", sizes, modeling_ndr.task_label_names("listops"), None)

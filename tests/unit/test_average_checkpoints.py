@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from average_checkpoints import average_checkpoints, average_state_dicts
 
+from average_checkpoints import average_checkpoints, average_state_dicts
 from modeling_ndr import NDRConfig, NDRForSequenceClassification
 from modeling_ndr.training import UsageError
 

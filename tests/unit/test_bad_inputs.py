@@ -174,8 +174,7 @@ def test_a_training_forward_on_the_cpu_still_checks_input_values():
 def test_encoded_data_is_checked_before_training(column, values, message):
     """What the model does not check in a training step on a GPU, train.py checks on the whole data first."""
     import datasets
-
-    from modeling_ndr.training.data import check_encoded
+    from ndr_training.data import check_encoded
 
     columns = {"input_ids": [[2, 5, 3], [2, 6, 3]], "attention_mask": [[1, 1, 1], [1, 1, 0]], "labels": [0, 2]}
     check_encoded(datasets.DatasetDict({"train": datasets.Dataset.from_dict(columns)}), tiny_config())  # passes

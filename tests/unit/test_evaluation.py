@@ -4,11 +4,11 @@
 import json
 from pathlib import Path
 
-import datasets
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+import datasets
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, load_task
 from modeling_ndr.tables import markdown_table
 from modeling_ndr.training.evaluation import padded_batches, predict

@@ -15,7 +15,6 @@ import types
 
 import pytest
 import torch
-from official import OFFICIAL_VARIANTS, official_config, official_tokenizer, official_vocabulary
 from official_helpers import (
     build_official_model,
     normalized_row_sums,
@@ -28,6 +27,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from modeling_ndr import NDRForSequenceClassification
 from modeling_ndr.training.errors import exit_on_usage_error
+from official import OFFICIAL_VARIANTS, official_config, official_tokenizer, official_vocabulary
 
 
 CTL_TEXTS = ["101 c b a", "000 k", "111 a b c d e f g h", "010 j"]  # the official format: ctl.reversed=1

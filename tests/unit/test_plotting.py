@@ -59,7 +59,7 @@ def test_plot_routing_of_a_token_classifier_titles_the_label_of_every_token(tmp_
 def test_first_token_curves_follow_each_operator_as_training_goes(tmp_path):
     """`--eval_by_first_token` logs `eval_<split>_accuracy_first_<token>[_depth_<d>]`; the curves are read back per
     token and drawn per run (ListOps: when [SM leaves chance)."""
-    from modeling_ndr.plotting import first_token_curves, plot_first_token_curves
+    from ndr_training.curves import first_token_curves, plot_first_token_curves
 
     state = {"log_history": [
         {"step": 250, "eval_iid_test_accuracy_first_SM": 0.1, "eval_iid_test_accuracy_first_SM_depth_1": 0.05,

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-import datasets
 import pytest
 import torch
 from scripts import load_script
@@ -16,13 +15,14 @@ from test_token_classification import REMOTE_CODE
 from tiny import encoder_or_head_output, left_padded_batch, random_ids, tiny_config
 from transformers import AutoTokenizer, pipeline
 
+import datasets
 import modeling_ndr
 from modeling_ndr import NDRForSequenceClassification, NDRForTokenClassification, NDRModel
 from modeling_ndr.position_coupling import BLANK, COUPLING_WORDS, coupled_position_ids
 from modeling_ndr.tasks import coupled_positions, load_token_task, token_task_label_names, token_task_tokenizer
 from modeling_ndr.tasks.token_tasks import addition_row, string_row
 from modeling_ndr.training import UsageError
-from modeling_ndr.training.token_labels import DataCollatorForTokenClassificationWithPositions, encode_token_task
+from ndr_training.token_labels import DataCollatorForTokenClassificationWithPositions, encode_token_task
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -5,12 +5,12 @@ import json
 
 import pytest
 import torch
-from datasets import Dataset
 from transformers import DataCollatorWithPadding, TrainerControl, TrainerState, TrainingArguments
 
+from datasets import Dataset
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, build_tokenizer
-from modeling_ndr.training import NDRTrainer
-from modeling_ndr.training.schedules import PONDER_KEY, PonderWeightSchedule, ponder_weight
+from ndr_training import NDRTrainer
+from ndr_training.schedules import PONDER_KEY, PonderWeightSchedule, ponder_weight
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,10 @@ import os
 import subprocess
 import sys
 
-import datasets
 import pytest
 from task_reference import evaluate_arithmetic, evaluate_ctl, evaluate_listops
 
+import datasets
 from modeling_ndr import TASK_NAMES, ctl_tables, load_task, task_label_names, task_readout, task_vocabulary
 
 

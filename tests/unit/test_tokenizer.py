@@ -168,9 +168,9 @@ def test_unknown_words_are_found_in_every_output_form_and_the_word_unk_itself_is
 def test_unknown_words_are_the_words_as_the_tokenizer_splits_them():
     """A converted official model's tokenizer splits at punctuation: `(3+4)` is five known words, not one unknown."""
     import datasets
-
     from modeling_ndr.tokenization_ndr import word_level_tokenizer
-    from modeling_ndr.training import UsageError, warn_unknown_words
+    from modeling_ndr.training import UsageError
+    from ndr_training import warn_unknown_words
 
     vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[BOS]", "[EOS]", "(", ")", "+", "3", "4"])}
     tokenizer = word_level_tokenizer(vocab, split_punctuation=True)

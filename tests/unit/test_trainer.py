@@ -9,12 +9,12 @@ import re
 import numpy as np
 import pytest
 import torch
-from datasets import Dataset
 from transformers import DataCollatorWithPadding, EvalPrediction, Trainer, TrainingArguments
 
+from datasets import Dataset
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, build_tokenizer
-from modeling_ndr.training import NDRTrainer, depth_weights, load_depth_accuracy, metrics_function
-from modeling_ndr.training.sampling import SampleShare, operator_weights
+from ndr_training import NDRTrainer, depth_weights, load_depth_accuracy, metrics_function
+from ndr_training.sampling import SampleShare, operator_weights
 
 
 def tiny_trainer(tmp_path, train_dataset=None, **args) -> NDRTrainer:
@@ -213,7 +213,7 @@ def test_sample_shares_can_name_a_length_and_a_sample_belongs_to_the_first_share
 def test_bad_sample_shares_are_one_line_naming_the_item(items, message):
     from modeling_ndr import task_tokenizer
     from modeling_ndr.training import UsageError
-    from modeling_ndr.training.sampling import resolve_sample_shares
+    from ndr_training.sampling import resolve_sample_shares
 
     tokenizer = task_tokenizer("listops")
     train = Dataset.from_dict({"depth": [1, 2], "input_ids": [tokenizer("[SM 1 2 ]")["input_ids"]] * 2})
@@ -230,12 +230,7 @@ def test_the_sampler_and_the_shares_read_depths_from_arrow_not_row_by_row(monkey
     from transformers import TrainingArguments
 
     from modeling_ndr import task_tokenizer
-    from modeling_ndr.training.sampling import (
-        balanced_sampler,
-        depth_values,
-        first_tokens_and_lengths,
-        resolve_sample_shares,
-    )
+    from ndr_training.sampling import balanced_sampler, depth_values, first_tokens_and_lengths, resolve_sample_shares
 
     tokenizer = task_tokenizer("listops")
     rows = [tokenizer(text)["input_ids"] for text in ("[SM 1 2 ]", "[MIN 3 [SM 1 2 ] ]", "[MAX 4 5 ]")] * 20
@@ -260,8 +255,7 @@ def test_the_sampler_and_the_shares_read_depths_from_arrow_not_row_by_row(monkey
 
 def test_first_tokens_and_lengths_read_from_arrow_equal_the_rows_read_one_by_one():
     import datasets
-
-    from modeling_ndr.training.sampling import first_tokens_and_lengths
+    from ndr_training.sampling import first_tokens_and_lengths
 
     generator = np.random.default_rng(0)
     rows = [[2, *generator.integers(4, 20, size=generator.integers(0, 9)).tolist(), 3] for _ in range(300)]

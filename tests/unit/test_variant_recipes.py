@@ -8,9 +8,11 @@ from dataclasses import fields
 import pytest
 import yaml
 
+import ndr_training
 from modeling_ndr import NDRConfig, training
-from modeling_ndr.training.arguments import ARGUMENT_CLASSES
-from modeling_ndr.training.presets import VARIANT_DIR, read_variant, variant_flags
+from modeling_ndr.training.presets import VARIANT_DIR, read_variant
+from ndr_training.arguments import ARGUMENT_CLASSES
+from ndr_training.flags import variant_flags
 
 
 def write(path, values) -> str:
@@ -44,11 +46,11 @@ def recipe(tmp_path):
 
 def resolve(argv):
     """What train.py makes of a command line: (training arguments, NDRConfig fields)."""
-    data_args, model_args, run_args, training_args, preset = training.parse_arguments(argv)
-    given = training.flags_on_command_line(argv)
-    training.check_data_arguments(data_args, given, preset)
+    data_args, model_args, run_args, training_args, preset = ndr_training.parse_arguments(argv)
+    given = ndr_training.flags_on_command_line(argv)
+    ndr_training.check_data_arguments(data_args, given, preset)
     variant = read_variant(run_args.variant, data_args.task, run_args.preset)
-    return training_args, training.config_values(model_args, variant, given)
+    return training_args, ndr_training.config_values(model_args, variant, given)
 
 
 def test_each_layer_wins_over_the_one_below(recipe):

@@ -14,6 +14,7 @@ import torch
 import yaml
 from tiny import random_ids, tiny_config
 
+import ndr_training
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, NDRModel
 from modeling_ndr import configuration_ndr as configuration
 from modeling_ndr.attention_ndr import (
@@ -366,9 +367,9 @@ def test_a_variant_layers_over_the_preset_and_flags_still_win(tmp_path):
     preset = tmp_path / "preset.yaml"
     preset.write_text("task: ctl\nhidden_size: 64\ncopy_gate: true\nattention_type: geometric\n")
     argv = ["--preset", str(preset), "--variant", "transformer", "--hidden_size", "32", "--output_dir", str(tmp_path)]
-    _, model_args, run_args, _, _ = training.parse_arguments(argv)
-    values = training.config_values(
-        model_args, training.read_variant(run_args.variant), training.flags_on_command_line(argv)
+    _, model_args, run_args, _, _ = ndr_training.parse_arguments(argv)
+    values = ndr_training.config_values(
+        model_args, training.read_variant(run_args.variant), ndr_training.flags_on_command_line(argv)
     )
     assert values["attention_type"] == "softmax" and values["copy_gate"] is False, "the variant wins over the preset"
     assert values["hidden_size"] == 32, "a command-line flag wins over everything but --config_overrides"

@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from datasets import Dataset
 from safetensors.torch import load_file
 from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
 
+from datasets import Dataset
 from modeling_ndr import NDRConfig, NDRForSequenceClassification, build_tokenizer
-from modeling_ndr.training.weight_average import WeightAverage
+from ndr_training.weight_average import WeightAverage
 
 
 TEXTS = ["a b", "b a c", "c c a b", "a", "b c", "c a"] * 4

@@ -17,9 +17,9 @@ import logging
 
 import evaluate
 import torch
-from datasets import load_dataset
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
+from datasets import load_dataset
 from modeling_ndr.metrics import DEPTH_ACCURACY
 from modeling_ndr.training import adapted_checkpoint
 

@@ -16,9 +16,10 @@ and references). The result has the form of one split's entry in `train.py`'s `e
 an import line (the scan reads `import a, b` as a package named `a,`, and a comment as a download address).
 """
 
-import datasets
 import evaluate
 import numpy as np
+
+import datasets
 
 
 _CITATION = """\

@@ -21,9 +21,10 @@ The keys are flat, as Trainer logs them (`depth_accuracy`'s `accuracy_depth_<d>`
 an import line (the scan reads `import a, b` as a package named `a,`, and a comment as a download address).
 """
 
-import datasets
 import evaluate
 import numpy as np
+
+import datasets
 
 
 _CITATION = """\

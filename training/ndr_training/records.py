@@ -15,7 +15,6 @@ from dataclasses import asdict
 import torch
 
 from .devices import describe_precision
-from .errors import UsageError
 
 
 def run_record(data_args, model_args, run_args, training_args, preset: dict, config_values: dict, example: dict):
@@ -55,7 +54,7 @@ def run_record(data_args, model_args, run_args, training_args, preset: dict, con
 
 
 def _package_version() -> str:
-    from .. import __version__
+    from modeling_ndr import __version__
 
     return __version__
 
@@ -107,26 +106,6 @@ def machine_description() -> str:
     except (OSError, StopIteration):
         pass
     return f"{cpu}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
-
-
-def read_json(path: str):
-    """A JSON file's content; None if there is no such file. A file that is there but does not parse (cut short, or
-    not JSON) is a `UsageError` naming it, never taken for a missing one. The one JSON reader of the training code and
-    the release tooling.
-
-    Args:
-        path: the file.
-
-    Returns:
-        What the file holds, or None.
-    """
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, NotADirectoryError):  # (a path through a file: no such file either)
-        return None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UsageError(f"{path}: not a readable JSON file ({error})") from None
 
 
 # ---------------------------------------------------------------------------------------------- a run's history

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from .errors import UsageError
+from modeling_ndr.training.errors import UsageError
 
 
 logger = logging.getLogger(__name__)

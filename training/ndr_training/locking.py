@@ -22,7 +22,8 @@ from collections.abc import Iterator
 
 import filelock
 
-from .errors import UsageError
+from modeling_ndr.training.atomic import process_running
+from modeling_ndr.training.errors import UsageError
 
 
 logger = logging.getLogger(__name__)
@@ -55,14 +56,8 @@ def process_alive(pid: int, start: str | None = None) -> bool:
     Returns:
         True if the process exists (a process of another user counts as alive).
     """
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+    if not process_running(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, owned by someone else
     now = _process_start(pid)
     return start is None or now is None or now == start
 

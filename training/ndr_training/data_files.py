@@ -14,9 +14,9 @@ import warnings
 from collections.abc import Iterator
 
 import datasets
+from modeling_ndr.training.errors import UsageError, first_line
 
 from .arguments import DataArguments, evaluation_files
-from .errors import UsageError, first_line
 
 
 # the readers of `datasets.load_dataset` for --train_file / --validation_file / --test_file / --eval_files

@@ -36,7 +36,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import TrainOutput
 from transformers.utils import SAFE_WEIGHTS_NAME
 
-from .errors import UsageError
+from modeling_ndr.training.errors import UsageError
 
 
 logger = logging.getLogger(__name__)

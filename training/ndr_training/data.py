@@ -12,9 +12,11 @@ import json
 import logging
 import re
 
-import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
+
+import datasets
+from modeling_ndr.training.errors import UsageError
 
 from . import token_labels
 from .arguments import DataArguments
@@ -27,7 +29,6 @@ from .data_files import (  # noqa: F401  (re-exported: the reading half of own d
     read_data_file,
     read_own_data,
 )
-from .errors import UsageError
 
 
 logger = logging.getLogger(__name__)

@@ -18,16 +18,17 @@ of scored words right; both per length (`accuracy_length_<n>`, `character_accura
 
 import random
 
-import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 from transformers import DataCollatorForTokenClassification
 
-from ..tasks import coupled_positions, encode_token_rows
+import datasets
+from modeling_ndr.tasks import coupled_positions, encode_token_rows
+from modeling_ndr.training.errors import UsageError
+from modeling_ndr.training.evaluation import pad_position_ids
+
 from .data_files import Source
-from .errors import UsageError
 
 
 NULL_LABEL = "null"  # in a csv's space-separated labels: a word that is not scored
@@ -171,13 +172,6 @@ def encode_token_task(
         )
         for split, dataset in data.items()
     })  # fmt: skip
-
-
-def pad_position_ids(rows, width: int, padding_side: str) -> torch.Tensor:
-    """Rows of `position_ids` padded with 0 (the padding is masked) to `width`, on the tokenizer's `padding_side`."""
-    left = padding_side == "left"
-    return torch.tensor([[0] * (width - len(row)) + list(row) if left else list(row) + [0] * (width - len(row))
-                         for row in rows])  # fmt: skip
 
 
 class DataCollatorForTokenClassificationWithPositions(DataCollatorForTokenClassification):

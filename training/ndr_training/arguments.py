@@ -9,20 +9,19 @@ from dataclasses import dataclass, field, fields
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from ..tasks import COUPLED_TASKS, TASK_NAMES, TOKEN_TASK_NAMES
-from ..tasks.ctlpp import check_ctlpp_options
+from modeling_ndr.tasks import COUPLED_TASKS, TASK_NAMES, TOKEN_TASK_NAMES
+from modeling_ndr.tasks.ctlpp import check_ctlpp_options
+from modeling_ndr.training.errors import UsageError
+from modeling_ndr.training.presets import LOAD_TASK_KEYWORDS, read_preset
+
 from .devices import precision_defaults
-from .errors import UsageError
-from .presets import default_preset, read_preset, variant_flags
+from .flags import default_preset, variant_flags
 
 
 logger = logging.getLogger(__name__)
 # flags that only make sense with one source of data
 TASK_FLAGS = ("direction", "n_train", "n_eval", "task_seed", "task_variant", "function_overlap", "symbol_overlap")
 CTLPP_FLAGS = ("task_variant", "function_overlap", "symbol_overlap")
-# the data flags that are `load_task` options, and the option each one sets
-LOAD_TASK_KEYWORDS = {"direction": "direction", "task_variant": "variant", "function_overlap": "function_overlap",
-                      "symbol_overlap": "symbol_overlap"}  # fmt: skip
 OWN_DATA_FLAGS = ("text_column", "label_column", "depth_column", "token_labels")
 # the flags that name your own data (any of them makes a run one on your data)
 OWN_DATA_SOURCES = ("dataset_name", "train_file", "validation_file", "test_file", "eval_files")

@@ -5,7 +5,7 @@ per-depth `compute_metrics` built on the package's `evaluate` metric, and `evalu
 
 Use them in your own Trainer script:
 
-    from modeling_ndr.training import NDRTrainer, load_depth_accuracy, metrics_function
+    from ndr_training import NDRTrainer, load_depth_accuracy, metrics_function
 
     args.label_names = ["labels", "depth"]  # the depth travels to compute_metrics, not to the model
     trainer = NDRTrainer(model=model, args=args, train_dataset=train, eval_dataset={"ood": ood},
@@ -20,9 +20,10 @@ from transformers import EvalPrediction, Trainer, TrainerCallback
 from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress, hf_api
 
-from ..metrics import load_depth_accuracy  # noqa: F401  (this module's name since it was one)
-from ..tasks import SPLIT_NAMES, ctlpp_split_names
-from .errors import UsageError
+from modeling_ndr.metrics import load_depth_accuracy  # noqa: F401  (this module's name since it was one)
+from modeling_ndr.tasks import SPLIT_NAMES, ctlpp_split_names
+from modeling_ndr.training.errors import UsageError
+
 from .sampling import balanced_sampler, first_tokens_and_lengths
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
-from .errors import UsageError
+from modeling_ndr.training.errors import UsageError
 
 
 def resolve_sample_shares(items, tokenizer, train) -> list["SampleShare"]:
