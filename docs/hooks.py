@@ -177,7 +177,7 @@ def render_released(models: Path = RELEASED) -> str:
     """One row per released folder of the paper's tasks: task, accuracy per split as loaded, ood_test (and CTL's
     deeper compositions) with the fixed steps of training, the paper's ood_test, and the training run; then, where
     there are any, one row per token release (one label per token): sequence (character) accuracy per split."""
-    rows, token_rows, token_splits = [], [], []
+    rows, token_rows, token_splits, ctlpp_rows = [], [], [], []
     for folder in sorted(path for path in models.iterdir() if (path / "eval_results.json").is_file()):
         results = json.loads((folder / "eval_results.json").read_text())
         run = json.loads((folder / "run_config.json").read_text())
@@ -185,6 +185,13 @@ def render_released(models: Path = RELEASED) -> str:
             token_splits += [split for split in results if split not in token_splits]
             cells = {split: f"{v['accuracy']:.3f} ({v['character_accuracy']:.3f})" for split, v in results.items()}
             token_rows.append((f"`{folder.name}`", run["task"]["task"], cells, trained_with(run)))
+            continue
+        if run["task"]["task"] == "ctlpp":  # systematicity: the training lengths, orders training never shows
+            never_seen, test_all = list(results)[1], results.get("test_all", {}).get("accuracy")
+            ctlpp_rows.append([f"`{folder.name}`", run["task"].get("task_variant") or "parallel_branch",
+                               format_value(results["iid_test"]["accuracy"]),
+                               f"`{never_seen}` {format_value(results[never_seen]['accuracy'])}",
+                               format_value(test_all), trained_with(run)])  # fmt: skip
             continue
         task = run["task"]["task"] + (f" {run['task']['direction']}" if run["task"].get("direction") else "")
         scores = [format_value(results[split]["accuracy"]) if split in results else "" for split in SPLITS]
@@ -205,6 +212,10 @@ def render_released(models: Path = RELEASED) -> str:
         body = [[name, task, *(cells.get(split, "") for split in token_splits), trained]
                 for name, task, cells, trained in token_rows]  # fmt: skip
         table += markdown_table(body, ["repository", "task", *token_splits, "trained"]) + "\n"
+    if ctlpp_rows:
+        table += "\n[CTL++](ctlpp.md) (the training lengths; orders of the function groups training never shows):\n\n"
+        columns = ["repository", "variant", "iid_test", "never-seen orders", "test_all", "trained"]
+        table += markdown_table(ctlpp_rows, columns) + "\n"
     return table
 
 

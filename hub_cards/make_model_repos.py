@@ -36,14 +36,14 @@ import sys
 import tempfile
 
 import torch
-from line_records import BRANCH_CHECKPOINT, CURVE_FILE, LAST_CHECKPOINT, STATE_FOLDERS, read_line, total_batch
-from release_check import CHECK_SAMPLES, release_checker
-from release_cooldown import cooldown_release
-from release_line import continue_release, release_lock
 
+from line_records import BRANCH_CHECKPOINT, CURVE_FILE, LAST_CHECKPOINT, STATE_FOLDERS, read_line, total_batch
 from modeling_ndr.training import export_model, read_preset
 from modeling_ndr.training.atomic import atomic_folder, clean_leftovers
 from modeling_ndr.training.errors import UsageError, exit_on_usage_error
+from release_check import CHECK_SAMPLES, release_checker
+from release_cooldown import cooldown_release
+from release_line import continue_release, release_lock
 
 
 HUB_CARDS = os.path.dirname(os.path.abspath(__file__))
@@ -73,12 +73,13 @@ class Release:
     preset: str
     run: str  # under outputs/
     direction: str | None = None
+    flags: tuple[str, ...] = ()  # more train.py flags of the release's run
 
     def train_command(self) -> list[str]:
         """The training launch, run from the repository root: paths in it are relative, as the run records them."""
         command = cpu_launch() + ["--preset", self.preset, "--output_dir", os.path.relpath(self.output_dir(), REPO),
                                   "--disable_tqdm", "true"]  # fmt: skip
-        return command + (["--direction", self.direction] if self.direction else [])
+        return command + (["--direction", self.direction] if self.direction else []) + list(self.flags)
 
     def output_dir(self) -> str:
         return os.path.join(REPO, "outputs", self.run)
@@ -110,6 +111,9 @@ RELEASES = {
     # model computes its coupled ids itself (config.position_coupling), so the pipeline answers as training scored
     "ndr-copy": Release("copy_cpu", "copy_cpu"),
     "ndr-reverse": Release("reverse_cpu", "reverse_cpu"),
+    # CTL++'s parallel_branch variant (R; docs/ctlpp.md): the preset's run trained on to 11,134 steps, where a time box
+    # stopped it (a constant rate: the same run as one of 11,134 steps), its last checkpoint exported
+    "ndr-ctlpp": Release("ctlpp_cpu", "ctlpp/R_seed42", flags=("--max_steps", "11134")),
 }
 # make gpu-release TASK=<task>: a release's line on this machine's GPUs (each call resumes it for MINUTES); a release
 # without a line starts one of the paper-size preset here. The work folder is the release's, whatever the device.

@@ -280,6 +280,7 @@ def build_model_card(model, eval_results: dict, run_config: dict, repo_id: str) 
         if task_name == "ctlpp"
         else [],
         ctlpp_groups=ctlpp_groups(task) if task_name == "ctlpp" else "",
+        shortfalls=shortfalls(eval_results) if task_name == "ctlpp" else None,
         direction=task.get("direction") or ("backward" if task_name == "ctlpp" else "forward"),
         per_token=per_token,
     )
@@ -315,6 +316,13 @@ def ctlpp_examples(task: dict) -> list[tuple[str, str]]:
         symbol, functions = ctlpp_samples(world, pattern, depth)[index]
         examples.append((ctlpp_text(symbol, functions, direction), CTLPP_SYMBOLS[world.apply(symbol, functions)]))
     return examples
+
+
+def shortfalls(eval_results: dict, margin: float = 0.05) -> dict:
+    """`iid_test`'s accuracy (the training orders) and the splits whose accuracy is more than `margin` below it."""
+    iid = (eval_results.get("iid_test") or {}).get("accuracy", 0.0)
+    return {"iid": iid, "splits": [(split, values["accuracy"]) for split, values in eval_results.items()
+                                   if split != "iid_test" and values["accuracy"] < iid - margin]}  # fmt: skip
 
 
 def ctlpp_groups(task: dict) -> str:

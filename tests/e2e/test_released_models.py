@@ -7,6 +7,7 @@ compositions of 11 and 12 functions are checked as well)."""
 import json
 import math
 import os
+import random
 import re
 import subprocess
 import sys
@@ -15,11 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from adaptive_study import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, choose_threshold
 from hub_cache import install_in_hub_cache
 from huggingface_hub import ModelCard
 from scripts import load_script
-from task_reference import evaluate_arithmetic, evaluate_ctl, evaluate_listops
+from task_reference import evaluate_arithmetic, evaluate_ctl, evaluate_ctlpp, evaluate_listops
 from transformers import (
     AutoModel,
     AutoModelForSequenceClassification,
@@ -29,6 +29,7 @@ from transformers import (
     DataCollatorWithPadding,
 )
 
+from adaptive_study import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, choose_threshold
 from modeling_ndr import (
     NDRForSequenceClassification,
     NDRForTokenClassification,
@@ -38,8 +39,9 @@ from modeling_ndr import (
     task_label_names,
 )
 from modeling_ndr.tasks import ctl_compositions, ctl_tables, encode_token_rows, split_depths
+from modeling_ndr.tasks.ctlpp import CTLPP_FUNCTIONS, ctlpp_stream
 from modeling_ndr.training.evaluation import predict
-from modeling_ndr.training.export import head_class
+from modeling_ndr.training.export import head_class, task_world
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,10 +75,30 @@ def card_accuracy(folder: Path, split: str, metric_config: str | None = None) ->
     return values[0] if values else None
 
 
+def key_split(task: dict) -> str:
+    """The split a release is judged on: `ood_test`, or for CTL++ its variant's never-seen orders (the split after
+    iid_test)."""
+    return list(task_world(task).splits)[2] if task["task"] == "ctlpp" else "ood_test"
+
+
 def fresh_samples(task: dict, split: str = "ood_test") -> tuple[list[str], list[str]]:
     """N_FRESH new samples of the released model's task: (texts, label names). `split` is `ood_test`, or (CTL)
-    `deeper`: compositions of 11 and 12 functions."""
+    `deeper`: compositions of 11 and 12 functions, or (CTL++) a split of never-seen orders, drawn afresh from its
+    pattern (at depth 2 the pattern allows few rows: fresh draws of the same rows), each label recomputed here."""
     name = task["task"]
+    if name == "ctlpp":
+        world = task_world(task)
+        pattern, depths = world.splits[split]
+        draws = []
+        for depth in depths:
+            stream = ctlpp_stream(world, pattern, depth, random.Random(FRESH_SEED + depth))
+            draws += [next(stream) for _ in range(N_FRESH // len(depths))]
+        tables = {CTLPP_FUNCTIONS[i]: table for i, table in enumerate(world.tables)}
+        # the text as the task writes it (`b C 5` is b(C(5)) backward, `5 C b` forward), written here
+        words = [([CTLPP_FUNCTIONS[f] for f in functions], str(symbol)) for symbol, functions in draws]
+        backward = (task.get("direction") or "backward") == "backward"
+        texts = [" ".join([*reversed(f), x] if backward else [x, *f]) for f, x in words]
+        return texts, [str(evaluate_ctlpp(text, tables)[0]) for text in texts]
     if name == "ctl":  # same function tables (the training data's seed), new samples
         depths = DEEPER_DEPTHS if split == DEEPER_SPLIT else split_depths("ctl")["ood_test"]
         rows = ctl_compositions(depths, N_FRESH // len(depths), seed=task.get("task_seed") or 0,
@@ -108,7 +130,7 @@ def test_released_model_loads_as_a_hub_id_and_matches_its_card_on_fresh_data(fol
 
     run_config = json.loads((folder / "run_config.json").read_text())
     fixed_steps = model.config.eval_num_hidden_layers or model.config.num_hidden_layers
-    splits = ["ood_test"] + ([DEEPER_SPLIT] if "adaptive_steps" in run_config else [])
+    splits = [key_split(run_config["task"])] + ([DEEPER_SPLIT] if "adaptive_steps" in run_config else [])
     collate = DataCollatorWithPadding(tokenizer)
     for split in splits:
         texts, labels = fresh_samples(run_config["task"], split)
@@ -382,6 +404,9 @@ def task_answer(task: dict, text: str) -> str:
     """The answer of `text` in `task`'s format, computed here from the task's definition (tests/task_reference.py
     for the paper's tasks; plain integer arithmetic for the token tasks)."""
     name, words = task.get("task") or "ctl", text.split(" ")
+    if name == "ctlpp":
+        tables = {CTLPP_FUNCTIONS[i]: table for i, table in enumerate(task_world(task).tables)}
+        return str(evaluate_ctlpp(text, tables)[0])
     if name == "ctl":
         return f"{evaluate_ctl(text, ctl_tables(task.get('task_seed') or 0))[0]:03b}"
     if name in ("listops", "arithmetic"):
