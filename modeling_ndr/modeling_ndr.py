@@ -535,8 +535,8 @@ def may_read_values(training: bool, device: torch.device) -> bool:
     """Whether a forward may read tensor values on the host: at inference (`model.eval()`) and on the CPU, where a read
     waits for nothing. A training forward on a GPU reads none: each read would stall the step until the GPU caught up.
     There the input value checks are left to the data pipeline, which checks the data before the first step
-    (`modeling_ndr.training.data.check_encoded`), and ACT runs every step instead of asking whether all columns have
-    halted. Under `torch.compile` nothing is read either."""
+    (`check_encoded` in the checkout's `training/ndr_training/data.py`), and ACT runs every step instead of asking
+    whether all columns have halted. Under `torch.compile` nothing is read either."""
     return not torch.compiler.is_compiling() and (not training or device.type == "cpu")
 
 

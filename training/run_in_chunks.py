@@ -4,7 +4,7 @@ launcher that exits 1) is followed by the next one.
 
     python training/run_in_chunks.py --chunk_minutes 9 -- python training/train.py --preset listops_gpu ...
 
-A script of the checkout (the package's part is `modeling_ndr.training.preemption`: the time box, the signals and
+A script of the checkout; train.py's part is `ndr_training.preemption`, beside it (the time box, the signals and
 `stopped.json`).
 """
 

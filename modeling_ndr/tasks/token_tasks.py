@@ -161,7 +161,8 @@ def coupled_positions(task: str, words: list[str]) -> list[int]:
 
     A model that reads these sees the same relation between a blank and the symbol it answers at every length: the
     relation is "same position", not "n + 1 words to the left". With `[BOS]` before the words (position 0) and
-    `[EOS]` after them (one past the highest), see `modeling_ndr.training.token_labels.encode_token_task`.
+    `[EOS]` after them (one past the highest), see `encode_token_task` in the checkout's
+    `training/ndr_training/token_labels.py`.
 
     Raises:
         ValueError: a task other than copy, reverse and addition, or words that are not one of its rows.

@@ -1,4 +1,4 @@
-"""Time-boxed and preemptible training (`modeling_ndr.training.preemption`): a run stopped by `--max_chunk_steps`,
+"""Time-boxed and preemptible training (`ndr_training.preemption`): a run stopped by `--max_chunk_steps`,
 `--max_wall_minutes`, SIGUSR1 or SIGTERM saves a checkpoint and exits with status 75, and a run cut into chunks ends
 with the weights of the same run uninterrupted; the depth-balanced samplers resume at any epoch. (The wall-clock limit
 in real processes run by the chunk driver: tests/e2e/test_gpu_release.py.)"""

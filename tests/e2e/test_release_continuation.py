@@ -65,6 +65,16 @@ def first_chunk(tmp_path_factory) -> Path:
     return tmp
 
 
+def uninterrupted_weights(preset: str, output_dir: Path) -> dict:
+    """The weights after step 8 of one uninterrupted run of `preset` (train.py, as a line's chunks run it)."""
+    whole = subprocess.run(
+        COMMAND + ["--preset", str(preset), "--output_dir", str(output_dir), "--disable_tqdm", "true"],
+        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    return load_file(output_dir / "checkpoint-8" / "model.safetensors")
+
+
 def copy_line(first_chunk: Path, tmp_path: Path) -> Path:
     shutil.copytree(first_chunk / "models", tmp_path / "models")
     return tmp_path
@@ -74,13 +84,8 @@ def test_two_continuations_add_up_to_one_uninterrupted_run(first_chunk, tmp_path
     tmp = copy_line(first_chunk, tmp_path)
     summary = continue_tiny(tmp, chunk_steps=None)  # to the line's horizon, max_steps 8
     assert summary["step"] == 8 and summary["finished"], summary
-    whole = subprocess.run(
-        COMMAND + ["--preset", PRESET, "--output_dir", str(tmp / "whole"), "--disable_tqdm", "true"],
-        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )  # fmt: skip
-    assert whole.returncode == 0, whole.stderr[-3000:]
     chunked = load_file(tmp / "models" / NAME / "last-checkpoint" / "model.safetensors")
-    uninterrupted = load_file(tmp / "whole" / "checkpoint-8" / "model.safetensors")
+    uninterrupted = uninterrupted_weights(PRESET, tmp / "whole")
     assert chunked.keys() == uninterrupted.keys()
     for key in chunked:
         assert torch.equal(chunked[key], uninterrupted[key]), f"{key}: 4 + 4 steps differ from 8 steps in one run"
@@ -487,16 +492,8 @@ def test_two_continuations_of_a_listops_line_add_up_to_one_run_and_its_recipe_is
     Path(preset).write_text("base: tiny_listops_line_test\n")
     summary = continue_listops(None)
     assert summary["step"] == 8 and summary["finished"], summary
-    whole = subprocess.run(
-        COMMAND + ["--preset", preset, "--output_dir", str(tmp_path / "whole"), "--disable_tqdm", "true"],
-        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )  # fmt: skip
-    assert whole.returncode == 0, whole.stderr[-3000:]
     last = tmp_path / "models" / "ndr-listops" / "last-checkpoint"
-    chunked, uninterrupted = (
-        load_file(last / "model.safetensors"),
-        load_file(tmp_path / "whole" / "checkpoint-8" / "model.safetensors"),
-    )
+    chunked, uninterrupted = load_file(last / "model.safetensors"), uninterrupted_weights(preset, tmp_path / "whole")
     for key in chunked:
         assert torch.equal(chunked[key], uninterrupted[key]), f"{key}: 4 + 4 steps differ from 8 steps in one run"
     state = json.loads((last / "trainer_state.json").read_text())

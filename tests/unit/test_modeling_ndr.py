@@ -41,9 +41,8 @@ def tiny_config(**overrides) -> NDRConfig:
 
 
 def random_batch(batch=BATCH, seq=SEQ, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(4, VOCAB, (batch, seq), generator=generator)
-    input_ids[:, 0], input_ids[:, -1] = 2, 3  # [BOS] ... [EOS]
+    """tests/tiny.py's token ids ([BOS] ... [EOS]) and an attention mask of ones."""
+    input_ids = tiny.random_ids(batch, seq, seed)
     return input_ids, torch.ones_like(input_ids)
 
 

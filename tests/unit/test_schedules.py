@@ -1,4 +1,4 @@
-"""The ponder-weight warm-up of ACT models (`modeling_ndr.training.schedules`): its formula, the callback's events,
+"""The ponder-weight warm-up of ACT models (`ndr_training.schedules`): its formula, the callback's events,
 and a real Trainer run in which the weight stays 0 until the loss falls, reaches the target, and is saved as such."""
 
 import json

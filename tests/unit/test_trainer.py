@@ -1,4 +1,4 @@
-"""`modeling_ndr.training.trainer` on its own: the contract of the private `Trainer` methods `NDRTrainer` overrides
+"""`ndr_training.trainer` on its own: the contract of the private `Trainer` methods `NDRTrainer` overrides
 and of the order `LatestBestOnTies` relies on (a transformers release that renames them, changes their signature or
 stops calling them fails here), the depth-balanced sampling as Trainer's own dataloader delivers it, and the
 per-depth `compute_metrics`."""
