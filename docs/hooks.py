@@ -52,8 +52,7 @@ def render_lines(models: Path = RELEASED) -> str:
     which commit, on what, the steps, the samples seen at its end, its best `ood_valid` (with that evaluation's
     `ood_test`) and what it released."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub_cards"))  # release tooling: not in the package
-    from line_records import samples_seen, warm_seconds
-    from ndr_training.records import evaluation_history
+    from line_records import evaluation_history, samples_seen, warm_seconds  # (train.py's reader of a run's history)
 
     blocks = []
     for record in sorted(models.glob("*/last-checkpoint/continuation.json")):

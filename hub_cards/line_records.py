@@ -1,6 +1,7 @@
 """A release line's record and state, read and written by `release_line` and `release_cooldown`: the line's
 `continuation.json` (the recipe, the warm start and one record per chunk), the samples and compute it has spent, the
-release's selection metric, and the points of its curve. See `release_line` for what a line is.
+release's selection metric, and the points of its curve, drawn by `plot_training_curve`. See `release_line` for what a
+line is.
 """
 
 import datetime
