@@ -200,13 +200,16 @@ def test_sample_shares_can_name_a_length_and_a_sample_belongs_to_the_first_share
 @pytest.mark.parametrize(
     "items, message",
     [
-        (["[SM:1"], "expected FIRST_TOKEN[:DEPTH[:WORDS]]=SHARE"),
-        (["[SM:x=0.2"], "expected FIRST_TOKEN[:DEPTH[:WORDS]]=SHARE"),
-        (["[SM:1:4:2=0.2"], "expected FIRST_TOKEN[:DEPTH[:WORDS]]=SHARE"),
+        (["[SM:1"], "expected FIRST_TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE"),
+        (["[SM:x=0.2"], "expected FIRST_TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE"),
+        (["[SM:1:4:2=0.2"], "expected FIRST_TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE"),
         (["[SM:1:7=0.2"], "no training sample starts with [SM at depth 1 with 7 words"),
         (["[SM=1.5"], "0 < SHARE <= 1"),
         (["[SM=0.6", "[MIN=0.5"], "add up to more than 1"),
         (["[XX=0.2"], "'[XX' is not a word"),
+        (["[SM:1@0=0.2"], "expected FIRST_TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE"),
+        (["[SM:1@x=0.2"], "expected FIRST_TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE"),
+        (["[SM:1@1=0.2"], "no training sample starts with [SM at depth 1 with 1 nested arguments"),
         (["[SM:9=0.2"], "no training sample starts with [SM at depth 9"),
     ],
 )
@@ -222,6 +225,45 @@ def test_bad_sample_shares_are_one_line_naming_the_item(items, message):
     sm = tokenizer.convert_tokens_to_ids("[SM")
     assert resolve_sample_shares(["[SM:1=0.2"], tokenizer, train) == [SampleShare(sm, 1, None, 0.2)]
     assert resolve_sample_shares(["[SM:1:4=0.2"], tokenizer, train) == [SampleShare(sm, 1, 4, 0.2)]
+
+
+@pytest.mark.parametrize(
+    "text, nested",
+    [
+        ("[SM 1 2 ]", 0),
+        ("[SM 1 [MAX 2 [MIN 3 4 ] ] ]", 1),  # a chain: one list argument per level, holding the next
+        ("[SM [MAX 1 2 ] [MIN 3 4 ] ]", 0),  # two list arguments, neither holds a list
+        ("[SM [MAX [MIN 1 2 ] 3 ] [MED 4 5 ] ]", 1),
+        ("[SM [MAX [MIN 1 2 ] 3 ] [MED [SM 4 5 ] 6 ] ]", 2),
+        ("[MIN 1 [SM [MAX [MIN 1 2 ] 3 ] [MED [SM 4 [MIN 5 6 ] ] 6 ] [MAX [MAX 1 2 ] 3 ] ] ]", 3),
+    ],
+)
+def test_nested_arguments_counts_the_arguments_of_one_list_that_hold_lists(text, nested):
+    from modeling_ndr import task_tokenizer
+    from ndr_training.sampling import bracket_ids, nested_arguments
+
+    tokenizer = task_tokenizer("listops")
+    openers, closer = bracket_ids(tokenizer.get_vocab())
+    assert {tokenizer.convert_ids_to_tokens(i) for i in openers} == {"[MIN", "[MAX", "[MED", "[SM"}
+    assert nested_arguments(tokenizer(text)["input_ids"], openers, closer) == nested
+
+
+def test_a_nested_share_draws_only_lists_with_that_many_nested_arguments(tmp_path):
+    """'[SM@2=0.5': half the draws are [SM lists with a list of two or more nested list arguments, which are 1% of
+    the rows here; the other half the rest."""
+    from modeling_ndr import task_tokenizer
+    from modeling_ndr.training import UsageError
+    from ndr_training.sampling import resolve_sample_shares
+
+    tokenizer = task_tokenizer("listops")
+    texts = ["[SM [MAX [MIN 1 2 ] 3 ] [MED [SM 4 5 ] 6 ] ]"] * 10 + ["[SM [MAX [MIN 1 2 ] 3 ] [MED 4 5 ] ]"] * 990
+    dataset = Dataset.from_dict({"depth": [3] * 1000, "input_ids": [tokenizer(t)["input_ids"] for t in texts]})
+    trainer = tiny_trainer(tmp_path, dataset)
+    trainer.sample_shares = resolve_sample_shares(["[SM@2=0.5"], tokenizer, dataset)
+    drawn = np.array(list(trainer._get_train_sampler(dataset)))
+    assert abs(np.mean(drawn < 10) - 0.5) < 0.05, "the nested lists: half the draws"
+    with pytest.raises(UsageError, match=re.escape("with 3 nested arguments")):
+        resolve_sample_shares(["[SM@3=0.5"], tokenizer, dataset)
 
 
 def test_the_sampler_and_the_shares_read_depths_from_arrow_not_row_by_row(monkeypatch):

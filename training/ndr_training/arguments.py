@@ -74,7 +74,9 @@ class DataArguments:
         metadata={
             "help": "Give groups of training samples a fixed share of the draws, as FIRST_TOKEN=SHARE or "
             "FIRST_TOKEN:DEPTH=SHARE (e.g. '[SM:1=0.25': a quarter of the samples are [SM lists of depth 1); the "
-            "other samples share the rest as they would be drawn without it. Draws with replacement."
+            "other samples share the rest as they would be drawn without it. Draws with replacement. "
+            "FIRST_TOKEN:DEPTH:WORDS=SHARE also fixes the length in words; a suffix @N before '=' keeps the samples "
+            "in which one list has N or more arguments that are nested lists ('[MAX:5@2=0.1')."
         },
     )
     eval_by_first_token: bool = field(

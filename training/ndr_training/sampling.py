@@ -1,6 +1,7 @@
 """How `NDRTrainer` draws its training samples: uniformly over depths (`--balance_depths`), over root operators
 within a depth (`--balance_operators`), and with chosen shares of the draws for groups of samples (`--sample_shares
-TOKEN[:DEPTH[:WORDS]]=SHARE`: e.g. ListOps' flat `[SM` lists, over-represented so that the sum is learned). Each is a
+TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE`: e.g. ListOps' flat `[SM` lists, over-represented so that the sum is learned).
+Each is a
 weight per sample for a `BalancedSampler`, which draws with replacement, the same per seed in every process.
 """
 
@@ -35,15 +36,54 @@ def resolve_sample_shares(items, tokenizer, train) -> list["SampleShare"]:
             raise UsageError(f"--sample_shares: {share.token!r} is not a word of the tokenizer's vocabulary")
         if share.depth is not None and "depth" not in train.column_names:
             raise UsageError(f"--sample_shares {share.token}:{share.depth}: the data has no depths (--depth_column)")
-    resolved = [dataclasses.replace(share, token=vocabulary[share.token]) for share in shares]
+    brackets = bracket_ids(vocabulary) if any(share.nested is not None for share in shares) else None
+    if brackets is not None and not brackets[0]:
+        raise UsageError("--sample_shares ...@NESTED: the vocabulary has no list brackets (words '[OP' and ']')")
+    resolved = [dataclasses.replace(share, token=vocabulary[share.token], brackets=brackets) for share in shares]
     first_tokens, lengths = first_tokens_and_lengths(train)
     depths = depth_values(train)
-    for share, group in zip(shares, share_groups(first_tokens, depths, lengths, resolved)):
+    for share, group in zip(shares, share_groups(first_tokens, depths, lengths, resolved, nested_of(train, resolved))):
         if not group.any():
             where = "".join([f" at depth {share.depth}" if share.depth is not None else "",
-                             f" with {share.words} words" if share.words is not None else ""])  # fmt: skip
+                             f" with {share.words} words" if share.words is not None else "",
+                             f" with {share.nested} nested arguments" if share.nested else ""])  # fmt: skip
             raise UsageError(f"--sample_shares: no training sample starts with {share.token}{where}")
     return resolved
+
+
+def bracket_ids(vocabulary: dict) -> tuple[frozenset, int | None]:
+    """The ids of the words that open a list (`[MIN`, `[SM`, ...: starting with `[`, not ending with `]`, so not
+    `[BOS]`) and of `]`, which closes one."""
+    openers = frozenset(i for word, i in vocabulary.items() if word.startswith("[") and not word.endswith("]"))
+    return openers, vocabulary.get("]")
+
+
+def nested_arguments(ids, openers, closer) -> int:
+    """The most arguments of one list that are nested lists themselves (lists holding a list): 0 for a flat list or
+    `[SM [MAX 1 2 ] [MIN 3 4 ] ]`, 1 for a chain (`[SM 1 [MAX 2 [MIN 3 4 ] ] ]`), 2 for
+    `[SM [MAX [MIN 1 2 ] 3 ] [MED [SM 4 5 ] 6 ] ]`."""
+    stack, most = [], 0  # per open list: [height of its tallest list argument, its arguments of height >= 2]
+    for token in ids:
+        if token in openers:
+            stack.append([0, 0])
+        elif token == closer and stack:
+            tallest, nested = stack.pop()
+            most = max(most, nested)
+            if stack:
+                stack[-1][0] = max(stack[-1][0], tallest + 1)
+                stack[-1][1] += tallest + 1 >= 2
+    return most
+
+
+def nested_of(dataset, shares) -> np.ndarray | None:
+    """`nested_arguments` of every sample (None where no share asks for it; a Python pass over the token ids, about
+    15 s for ListOps' 1M rows)."""
+    asking = [share for share in shares if share.nested is not None]
+    if not asking:
+        return None
+    openers, closer = asking[0].brackets
+    column = dataset.with_format("arrow")["input_ids"].to_pylist()
+    return np.fromiter((nested_arguments(ids, openers, closer) for ids in column), dtype=np.int64, count=len(column))
 
 
 def first_tokens_and_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -174,17 +214,21 @@ class BalancedSampler(torch.utils.data.Sampler):
 @dataclass(frozen=True)
 class SampleShare:
     """One `--sample_shares` group: the training samples whose first token (after [BOS]) is `token` and, where given,
-    whose depth is `depth` and whose text has `words` words, drawn as `share` of all draws."""
+    whose depth is `depth`, whose text has `words` words and one of whose lists has at least `nested` arguments that
+    are nested lists (`nested_arguments`), drawn as `share` of all draws."""
 
     token: str | int
     depth: int | None
     words: int | None
     share: float
+    nested: int | None = None
+    brackets: tuple | None = None  # (opener ids, closer id), set by `resolve_sample_shares` where `nested` is given
 
 
 def parse_sample_shares(items) -> list[SampleShare]:
-    """`--sample_shares` items, `TOKEN[:DEPTH[:WORDS]]=SHARE` (e.g. `[SM:1=0.25`: [SM lists of depth 1; `[SM:1:4=0.1`:
-    those of 4 words, `[SM d d ]`).
+    """`--sample_shares` items, `TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE` (e.g. `[SM:1=0.25`: [SM lists of depth 1;
+    `[SM:1:4=0.1`: those of 4 words, `[SM d d ]`; `[MAX:5@2=0.1`: [MAX lists of depth 5 in which some list has two or
+    more arguments that are nested lists themselves).
 
     Args:
         items: the flag's values (strings).
@@ -196,25 +240,32 @@ def parse_sample_shares(items) -> list[SampleShare]:
     shares = []
     for item in items or ():
         group, equals, value = item.rpartition("=")
+        group, at, nested = group.partition("@")
         token, *numbers = group.split(":")
         try:
             share = float(value)
             depth, words = (([int(n) for n in numbers]) + [None, None])[:2] if len(numbers) <= 2 else (None, None)
-            ok = len(numbers) <= 2 and all(n is None or n >= 0 for n in (depth, words))
+            nested = int(nested) if at else None
+            ok = (
+                len(numbers) <= 2
+                and all(n is None or n >= 0 for n in (depth, words))
+                and (nested is None or nested >= 1)
+            )
         except ValueError:
             share, ok = None, False
         if not equals or not token or share is None or not ok or not 0 < share <= 1:
             raise UsageError(
-                f"--sample_shares {item!r}: expected FIRST_TOKEN[:DEPTH[:WORDS]]=SHARE with 0 < SHARE <= 1 (e.g. "
-                "'[SM:1=0.25': a quarter of the draws are [SM lists of depth 1; '[SM:1=1': only those)"
+                f"--sample_shares {item!r}: expected FIRST_TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE with 0 < SHARE <= 1 "
+                "(e.g. '[SM:1=0.25': a quarter of the draws are [SM lists of depth 1; '[SM:1=1': only those; "
+                "'[MAX:5@2=0.1': [MAX lists of depth 5 with a list of two or more nested list arguments)"
             )
-        shares.append(SampleShare(token, depth, words, share))
+        shares.append(SampleShare(token, depth, words, share, nested))
     if sum(share.share for share in shares) > 1 + 1e-9:
         raise UsageError(f"--sample_shares {' '.join(items)}: the shares add up to more than 1")
     return shares
 
 
-def share_groups(first_tokens, depths, lengths, shares) -> list[np.ndarray]:
+def share_groups(first_tokens, depths, lengths, shares, nested=None) -> list[np.ndarray]:
     """Each share's group as a boolean mask over the samples; a sample belongs to the first share that names it.
 
     Args:
@@ -222,6 +273,7 @@ def share_groups(first_tokens, depths, lengths, shares) -> list[np.ndarray]:
         depths: each sample's depth (None: the shares name no depth).
         lengths: each sample's length in tokens, [BOS] and [EOS] included (a text of w words: w + 2).
         shares: `SampleShare`s whose `token` is an id.
+        nested: each sample's `nested_arguments` (None: the shares name no `nested`).
     """
     first_tokens, claimed, groups = np.asarray(first_tokens), np.zeros(len(first_tokens), dtype=bool), []
     for share in shares:
@@ -230,6 +282,8 @@ def share_groups(first_tokens, depths, lengths, shares) -> list[np.ndarray]:
             group &= np.asarray(depths) == share.depth
         if share.words is not None:
             group &= np.asarray(lengths) == share.words + 2
+        if share.nested is not None:
+            group &= np.asarray(nested) >= share.nested
         group &= ~claimed
         claimed |= group
         groups.append(group)
@@ -288,7 +342,8 @@ def balanced_sampler(dataset, args, balance_depths: bool = True, balance_operato
     else:
         weights = torch.ones(len(dataset), dtype=torch.double)
     if shares:
-        weights = shared_weights(weights, share_groups(first_tokens, depths, lengths, shares), shares)
+        groups = share_groups(first_tokens, depths, lengths, shares, nested_of(dataset, shares))
+        weights = shared_weights(weights, groups, shares)
     if args.train_sampling_strategy != "group_by_length":
         return BalancedSampler(weights, args.seed)
     batch_size = args.train_batch_size * args.gradient_accumulation_steps  # as Trainer's grouping
