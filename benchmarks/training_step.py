@@ -8,7 +8,11 @@
 * `variants`: the NDR against the `transformer` variant (softmax attention, sinusoidal positions, no copy gate) of the
   same size, at the `ctl_cpu` preset's size (batch 64, d=128, d_ff=256, 1 head, 14 steps) and at the paper's CTL size
   (batch 512, d=256, d_ff=512, 1 head, 14 steps).
-* `compiled`: the NDR at the `ctl_cpu` size, eager against `torch.compile`.
+* `compiled`: the NDR at the three CPU presets' sizes (`arithmetic_cpu`, `listops_cpu`, `ctl_cpu`: their model and
+  dropouts, batch 64 of real task rows, one thread as each of train.py's two processes), eager against
+  `torch.compile(dynamic=True)` with inductor, in fp32 and in bf16 autocast (bf16 where the CPU has native bf16; else
+  the row says it was not measured), every batch's length compiled before timing; the warm-up's seconds (the compile
+  time a run pays once) beside the step times.
 """
 
 import argparse
@@ -119,24 +123,37 @@ def variants(repeats: int) -> list[dict]:
     return rows
 
 
-def compiled(repeats: int) -> list[dict]:
-    size = SIZES["ctl_cpu"]
-    batches = task_batches(size["task"], size["batch"])
-    torch.manual_seed(0)
-    eager = NDRForSequenceClassification(NDRConfig(**config_kwargs(size, size["task"])))
-    torch.manual_seed(0)
-    model = NDRForSequenceClassification(NDRConfig(**config_kwargs(size, size["task"])))
-    compiled_model = torch.compile(model, dynamic=True)
-    compiled_step = stepper(compiled_model, batches)
-    for _ in range(len(batches)):  # compile every sequence length before timing
-        compiled_step()
-    times = interleaved({"eager": stepper(eager, batches), "compiled": compiled_step}, repeats)
-    return [{
-        "size": "ctl_cpu (batch 64, d=128, 14 steps)",
-        "eager (ms)": f"{times['eager'] * 1000:.0f}",
-        "torch.compile (ms)": f"{times['compiled'] * 1000:.0f}",
-        "eager / compiled": ratio(times["eager"], times["compiled"]),
-    }]  # fmt: skip
+def compiled(repeats: int, presets=("arithmetic_cpu", "listops_cpu", "ctl_cpu")) -> list[dict]:
+    import time
+
+    from ndr_training.devices import cpu_has_native_bf16
+    from precision import preset_model, step_function
+
+    rows = []
+    for preset in presets:
+        for bf16 in (False, True):
+            row = {"preset": preset, "precision": "bf16" if bf16 else "fp32"}
+            if bf16 and not cpu_has_native_bf16():
+                rows.append(dict(row, **{"eager (ms)": "not measured: no native bf16"}))
+                continue
+            eager, task = preset_model(preset)
+            model, _ = preset_model(preset)  # the same weights (seed 0)
+            batches = task_batches(task, 64)
+            torch._dynamo.reset()
+            with single_thread():
+                compiled_step = step_function(torch.compile(model, dynamic=True), batches, bf16)
+                start = time.perf_counter()
+                for _ in range(len(batches)):  # compile every length before timing
+                    compiled_step()
+                warm_up = time.perf_counter() - start
+                times = interleaved({"eager": step_function(eager, batches, bf16), "compiled": compiled_step}, repeats)
+            rows.append(dict(row, **{
+                "eager (ms)": f"{times['eager'] * 1000:.0f}",
+                "inductor (ms)": f"{times['compiled'] * 1000:.0f}",
+                "eager / inductor": ratio(times["eager"], times["compiled"]),
+                "compile warm-up (s)": f"{warm_up:.0f}",
+            }))  # fmt: skip
+    return rows
 
 
 SECTIONS = {"before_after": before_after, "variants": variants, "compiled": compiled}

@@ -223,7 +223,8 @@ def continue_line(
     recipe = {"preset": preset, "values": values, "total_batch": global_batch or total_batch(values, processes),
               "resume": resume}  # fmt: skip
     summary = continue_release(
-        release_dir, work_dir, command + ["--preset", preset, "--output_dir", shown, "--disable_tqdm", "true"],
+        release_dir, work_dir, command + ["--preset", preset, "--output_dir", shown, "--disable_tqdm", "true",
+                                "--keep_tied_best", "true"],
         minutes, recipe, publisher(name, org, max_bytes), warm_start=warm_start, switch_recipe=switch_recipe,
         paper=PAPER_BUDGETS.get(name), chunk_steps=chunk_steps, check=checker(check_samples), cwd=REPO, env=env,
     )  # fmt: skip

@@ -24,7 +24,9 @@ One continuation (`continue_release`):
    recipe's evaluation steps, and stops with a checkpoint (exit 75), or finishes the line's horizon (`max_steps`);
 5. if the line's best `ood_valid` (the latest on ties) is at least the release's and in this chunk, and the release
    check agrees (`release_check`: at least as accurate as the release on 10,000 fresh samples of the split), releases
-   that checkpoint; otherwise the release stays as it was;
+   that checkpoint; otherwise the release stays as it was. Where earlier checkpoints of the chunk tied that best
+   (kept by `train.py --keep_tied_best`, which the line's command passes), each is checked, and the one the check
+   scores highest is released (`tied_candidates`, `chosen_candidate`; the chunk's record lists them);
 6. makes the newest checkpoint the new `last-checkpoint/`, always.
 
 Every folder is replaced whole (`atomic.atomic_folder`): an interruption at any moment, `kill -9` included, leaves
@@ -73,6 +75,7 @@ from modeling_ndr.training.errors import UsageError, first_line, read_json
 from ndr_training.checkpoints import checkpoint_problem, latest_complete_checkpoint
 from ndr_training.locking import OutputDirLock, lock_output_dir
 from ndr_training.preemption import EXIT_STOPPED, read_stopped
+from ndr_training.trainer import TIED_BEST_FOLDER
 from processes import (
     run_process,  # the child-process runner, a module of the training scripts (line_records: sys.path)
 )
@@ -424,6 +427,25 @@ def _released_already(release_dir: str, line_id: str | None, step: int) -> dict 
     return record if same else None
 
 
+def tied_candidates(work_dir: str, best_dir: str, start_step: int) -> list[str]:
+    """The line's best checkpoint and the earlier checkpoints of this chunk that tied its selection metric (kept by
+    `train.py --keep_tied_best` in the work folder's `tied-best/`), the latest first."""
+    kept = os.path.join(work_dir, TIED_BEST_FOLDER)
+    tied = [os.path.join(kept, name) for name in os.listdir(kept)] if os.path.isdir(kept) else []
+    tied = [folder for folder in tied if start_step < checkpoint_step(folder) < checkpoint_step(best_dir)]
+    return [best_dir, *sorted(tied, key=checkpoint_step, reverse=True)]
+
+
+def chosen_candidate(decisions: list[tuple[str, bool, dict | None]]) -> tuple[str, bool, dict | None]:
+    """Among tied candidates (`(folder, passed, check record)`, the latest first), the one to release: of those the
+    release check let in, the most accurate on its fresh samples (the latest on equal scores); the latest candidate
+    (and its record) where none passed or no check ran."""
+    passed = [decision for decision in decisions if decision[1]]
+    if not passed:
+        return decisions[0]
+    return max(passed, key=lambda decision: (decision[2] or {}).get("candidate", 0.0))
+
+
 def _promote(release_dir, work_dir, newest, pending, publish, paper, check=None) -> tuple[dict, bool]:
     """After a chunk: if the line's best (the latest on ties) is in this chunk and at least the release's, and the
     release check (`check`) agrees, it is released; then the chunk's newest checkpoint becomes `last-checkpoint/`.
@@ -443,9 +465,16 @@ def _promote(release_dir, work_dir, newest, pending, publish, paper, check=None)
     in_chunk = bool(best_dir and os.path.isdir(best_dir) and checkpoint_step(best_dir) > start["start_step"])
     if in_chunk and (already := _released_already(release_dir, pending.get("line_id"), checkpoint_step(best_dir))):
         released, checked = True, already.get("release_check")  # adopted after a kill: released again, as checked
+    elif in_chunk:
+        tied = tied_candidates(work_dir, best_dir, start["start_step"])
+        decisions = [(folder, *release_decision(best, current, folder, release_dir, pending["recipe"]["values"],
+                                                metric_split(metric), check)) for folder in tied]  # fmt: skip
+        best_dir, released, checked = chosen_candidate(decisions)
+        if len(decisions) > 1 and any(record for _, _, record in decisions):
+            record["tied_candidates"] = [{"step": checkpoint_step(folder), **(record or {})}
+                                         for folder, _, record in decisions]  # fmt: skip
     else:
-        released, checked = release_decision(best, current, best_dir, release_dir, pending["recipe"]["values"],
-                                             metric_split(metric), check) if in_chunk else (False, None)  # fmt: skip
+        released, checked = False, None
     record["released_step"] = checkpoint_step(best_dir) if released else None
     if checked:
         record["release_check"] = {"step": checkpoint_step(best_dir), **checked}

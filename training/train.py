@@ -322,6 +322,7 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         balance_depths=data_args.balance_depths,
         balance_operators=data_args.balance_operators,
         sample_shares=sample_shares,
+        keep_tied_best=run_args.keep_tied_best,
         callbacks=[time_box, *ponder_schedule(model.config, run_args), *stop_at_accuracy, *weight_average],
     )
     total_batch = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size

@@ -541,6 +541,42 @@ def test_a_checkpoint_that_wins_ood_valid_is_released_only_if_the_release_check_
     assert (carded in card) is passed, "a release the check let in says so on its card"
 
 
+def test_checkpoints_that_tie_the_best_are_each_checked_and_the_best_checked_one_is_released(
+    first_chunk, tmp_path, monkeypatch
+):
+    """At a learning rate of 0 every evaluation of a new line ties (steps 2, 4, 6, 8): train.py --keep_tied_best (the
+    line's command) keeps the earlier three, each is checked against the release (a stand-in scoring them by step),
+    and the one the check scores highest is released (the latest on equal scores), not the latest of the tie."""
+    tmp = copy_line(first_chunk, tmp_path)
+    release = tmp / "models" / NAME
+    shutil.rmtree(release / "last-checkpoint")  # a new line: every tied checkpoint is in its first chunk
+    results = json.loads((release / "eval_results.json").read_text())
+    results["ood_valid"]["accuracy"] = 0.0
+    (release / "eval_results.json").write_text(json.dumps(results))
+    scores = {8: (0.50, False), 6: (0.61, True), 4: (0.65, True), 2: (0.65, True)}
+    checked = []
+
+    def checker(samples):
+        def check(candidate, release_dir, values, split):
+            step = int(Path(candidate).name.split("-")[-1])
+            checked.append((step, Path(candidate).parent.name))
+            accuracy, passed = scores[step]
+            return {"split": split, "samples": samples, "seed": 1000, "candidate": accuracy, "release": 0.6,
+                    "only_candidate": 1, "only_release": 1, "passed": passed}  # fmt: skip
+
+        return check
+
+    monkeypatch.setattr(repos, "release_checker", checker)
+    monkeypatch.setattr(sys.modules[__name__], "COMMAND", COMMAND + ["--learning_rate", "0"])
+    summary = continue_tiny(tmp, chunk_steps=None, check_samples=50)
+    assert checked == [(8, "line"), (6, "tied-best"), (4, "tied-best"), (2, "tied-best")], checked
+    record = json.loads((release / "last-checkpoint" / line.CONTINUATION_FILE).read_text())["chunks"][-1]
+    assert record["released_step"] == 4 and summary["released"], record
+    assert [candidate["step"] for candidate in record["tied_candidates"]] == [8, 6, 4, 2], record
+    assert record["release_check"]["candidate"] == 0.65, record
+    assert json.loads((release / "run_config.json").read_text())["training"]["steps"] == 4, "step 4's files"
+
+
 def test_the_release_check_scores_both_models_on_the_same_fresh_samples(first_chunk, tmp_path):
     """The real check on the tiny line's release: against itself a tie (passed), against a copy whose class ids are
     permuted (the same answers by name) a tie too, against a perturbed copy the counts of rows only one model answers

@@ -5,6 +5,7 @@ per-depth `compute_metrics`."""
 
 import inspect
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,12 +18,13 @@ from ndr_training import NDRTrainer, depth_weights, load_depth_accuracy, metrics
 from ndr_training.sampling import SampleShare, operator_weights
 
 
-def tiny_trainer(tmp_path, train_dataset=None, **args) -> NDRTrainer:
+def tiny_trainer(tmp_path, train_dataset=None, keep_tied_best=False, **args) -> NDRTrainer:
     model = NDRForSequenceClassification(
         NDRConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_labels=2)
     )
     arguments = TrainingArguments(output_dir=str(tmp_path), report_to="none", seed=3, use_cpu=True, **args)
-    return NDRTrainer(model=model, args=arguments, train_dataset=train_dataset, balance_depths=True)
+    return NDRTrainer(model=model, args=arguments, train_dataset=train_dataset, balance_depths=True,
+                      keep_tied_best=keep_tied_best)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------- the private Trainer methods
@@ -85,6 +87,37 @@ def test_a_tie_with_the_best_metric_moves_the_best_checkpoint_to_the_latest(tmp_
             assert (trainer.state.best_global_step, trainer.state.best_metric) == (3, 0.7), "a tie: the latest"
     assert verdicts == [True, True, False, False, True, False], "Trainer's verdicts: strict improvements only"
     assert (trainer.state.best_global_step, trainer.state.best_metric) == (5, 0.8)
+
+
+def test_keep_tied_best_keeps_the_checkpoints_a_tie_replaces_until_a_strict_improvement(tmp_path):
+    """With `keep_tied_best` the checkpoint that a tie takes the best's place from is kept (hard links) in
+    `tied-best/` before Trainer's rotation deletes it; a strict improvement empties the folder."""
+    import shutil
+
+    trainer = tiny_trainer(
+        tmp_path, keep_tied_best=True, save_strategy="steps", metric_for_best_model="ood_valid_accuracy"
+    )
+    kept = tmp_path / "tied-best"
+    held = {}
+    for step, accuracy in [(2, 0.7), (4, 0.7), (6, 0.7), (8, 0.8), (10, 0.6), (12, 0.8)]:
+        trainer.state.global_step = step
+        evaluate_as_trainer_does(trainer, {"eval_ood_valid_accuracy": accuracy})
+        folder = tmp_path / f"checkpoint-{step}"  # what Trainer saves next, then its rotation (best and last kept)
+        folder.mkdir()
+        (folder / "model.safetensors").write_text(f"weights of step {step}")
+        trainer.state.best_model_checkpoint = str(tmp_path / f"checkpoint-{trainer.state.best_global_step}")
+        for old in tmp_path.glob("checkpoint-*"):
+            if old.name not in (folder.name, Path(trainer.state.best_model_checkpoint).name):
+                shutil.rmtree(old)
+        held[step] = sorted(path.name for path in kept.glob("checkpoint-*"))
+        if step == 6:
+            assert not (tmp_path / "checkpoint-2").exists(), "Trainer's rotation deleted it"
+            assert (kept / "checkpoint-2" / "model.safetensors").read_text() == "weights of step 2", "but it is kept"
+    assert held[2] == [] and held[4] == ["checkpoint-2"], held
+    assert held[6] == ["checkpoint-2", "checkpoint-4"], held
+    assert held[8] == [] and held[10] == [], "0.8 is better than every kept checkpoint"
+    assert held[12] == ["checkpoint-8"], held
+    assert trainer.state.best_global_step == 12
 
 
 def test_a_lower_is_better_metric_ties_the_same_way(tmp_path):

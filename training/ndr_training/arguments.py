@@ -219,6 +219,10 @@ class RunArguments:
     ema_decay: float | None = field(
         default=None, metadata={"help": "Also keep an average of the weights (decay 0.999, say) in checkpoint-N/ema/."}
     )  # fmt: skip
+    keep_tied_best: bool = field(
+        default=False, metadata={"help": "Keep the checkpoints that tie the best metric (the latest of them is the "
+        "best) in output_dir/tied-best/ as hard links, past --save_total_limit (make release-continue checks each)."},
+    )  # fmt: skip
     ponder_warmup_loss: float | None = field(
         default=None,
         metadata={

@@ -14,6 +14,7 @@ Use them in your own Trainer script:
 
 import os
 import re
+import shutil
 
 import numpy as np
 from transformers import EvalPrediction, Trainer, TrainerCallback
@@ -96,20 +97,42 @@ def add_first_token_column(data):
     )
 
 
+# where `--keep_tied_best` keeps the checkpoints that tied the best metric (hard links into the output folder)
+TIED_BEST_FOLDER = "tied-best"
+
+
 class LatestBestOnTies(TrainerCallback):
     """The best checkpoint is the *latest* one with the best metric, as in the paper (Trainer keeps the first).
 
     Trainer calls `on_evaluate` with each evaluation's metrics before it compares them with `state.best_metric`; a
     tie moves `state.best_global_step` here, and Trainer's comparison (strictly better only) leaves it there, so the
     checkpoint saved next becomes `best_model_checkpoint`. (With `save_strategy="best"` Trainer saves only on a strict
-    improvement, so a tie there saves nothing and the first stays the best.)"""
+    improvement, so a tie there saves nothing and the first stays the best.)
+
+    With `keep_tied=True` (`train.py --keep_tied_best`) the checkpoint a tie takes the place of is kept, as hard links,
+    in `OUTPUT_DIR/tied-best/` before `save_total_limit` deletes it, and the folder is emptied at each strict
+    improvement: it holds the earlier checkpoints with the best metric, so that a release tool can compare them on a
+    larger sample (`hub_cards/release_line.py`) instead of taking the latest of a tie on 1,000 samples."""
+
+    def __init__(self, keep_tied: bool = False):
+        self.keep_tied = keep_tied
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         key = args.metric_for_best_model or ""
         key = key if key.startswith("eval_") else f"eval_{key}"
-        if state.best_metric is not None and metrics and metrics.get(key) == state.best_metric:
-            if args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH):
-                state.best_global_step = state.global_step
+        value = (metrics or {}).get(key)
+        if state.best_metric is None or value is None:
+            return
+        keeping = self.keep_tied and state.is_world_process_zero
+        tied_folder = os.path.join(args.output_dir, TIED_BEST_FOLDER)
+        if value == state.best_metric and args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH):
+            if keeping and state.best_model_checkpoint and os.path.isdir(state.best_model_checkpoint):
+                kept = os.path.join(tied_folder, os.path.basename(state.best_model_checkpoint))
+                if not os.path.isdir(kept):
+                    shutil.copytree(state.best_model_checkpoint, kept, copy_function=os.link)
+            state.best_global_step = state.global_step
+        elif keeping and (value > state.best_metric if args.greater_is_better else value < state.best_metric):
+            shutil.rmtree(tied_folder, ignore_errors=True)  # a strict improvement: no earlier checkpoint ties it
 
 
 class NDRTrainer(Trainer):
@@ -140,10 +163,16 @@ class NDRTrainer(Trainer):
     """
 
     def __init__(
-        self, *args, balance_depths: bool = False, balance_operators: bool = False, sample_shares=(), **kwargs
+        self,
+        *args,
+        balance_depths: bool = False,
+        balance_operators: bool = False,
+        sample_shares=(),
+        keep_tied_best: bool = False,
+        **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.add_callback(LatestBestOnTies())
+        self.add_callback(LatestBestOnTies(keep_tied_best))
         self.balance_depths, self.balance_operators = balance_depths, balance_operators
         self.sample_shares = list(sample_shares)
 
