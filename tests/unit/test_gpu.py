@@ -14,6 +14,7 @@ absolute / 1e-3 relative. Weights computed from the same bf16/fp16 logits agree 
 
 import contextlib
 import os
+import traceback
 import warnings
 from pathlib import Path
 
@@ -250,15 +251,31 @@ def test_adaptive_steps_on_the_device_are_batch_invariant_and_respect_the_cap(de
 # --------------------------------------------------------------------------------------- host syncs, save, compile
 
 
+class HostRead(str):
+    """A read's name (`__bool__`, `item`, `tolist`), comparing as the name, with `where`: the innermost frames of the
+    repository that led to it (so that a failure on a GPU, whose message is all that comes back, names the line)."""
+
+    where: str = ""
+
+
+def calling_lines(limit: int = 3) -> str:
+    """The innermost `limit` frames of the call stack in the repository's own files (not this module's helpers)."""
+    frames = [frame for frame in traceback.extract_stack()[:-2] if str(REPO) in frame.filename]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames[-limit:]))
+
+
 def count_host_syncs(device: torch.device, run) -> tuple[list[str], list[str]]:
-    """The host syncs `run()` makes: (Python-level reads of tensor values, on any device; on CUDA, every sync the CUDA
-    sync debug mode reports, also those inside torch)."""
+    """The host syncs `run()` makes: (Python-level reads of tensor values, on any device, each a `HostRead` that knows
+    where it was made; on CUDA, every sync the CUDA sync debug mode reports, also those inside torch, with the line
+    that made it)."""
     syncs = []
     originals = {name: getattr(torch.Tensor, name) for name in ("__bool__", "item", "tolist")}
 
     def counting(name):
         def read(self, *args, **kwargs):
-            syncs.append(name)
+            entry = HostRead(name)
+            entry.where = calling_lines()
+            syncs.append(entry)
             return originals[name](self, *args, **kwargs)
 
         return read
@@ -278,8 +295,13 @@ def count_host_syncs(device: torch.device, run) -> tuple[list[str], list[str]]:
     finally:
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)
-    cuda_syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+    cuda_syncs = [f"{w.message} ({Path(w.filename).name}:{w.lineno})" for w in caught
+                  if "synchroniz" in str(w.message).lower()]  # fmt: skip
     return syncs, cuda_syncs
+
+
+def described(reads: list) -> list[str]:
+    return [f"{read} at {getattr(read, 'where', '?')}" for read in reads]
 
 
 @pytest.mark.parametrize("halting", ["none", "act"])
@@ -301,9 +323,9 @@ def test_a_training_step_syncs_with_the_host_only_on_the_cpu(device, halting):
         # on the CPU a sync is free: the input checks, and ACT asks at every step whether every column has halted
         assert len(reads) > 1 and set(reads) == {"__bool__"}
     elif device.type == "cpu":
-        assert reads == ["__bool__"], f"on the CPU the input checks are the one read: {reads}"
+        assert reads == ["__bool__"], f"on the CPU the input checks are the one read: {described(reads)}"
     else:
-        assert reads == [], f"reads of tensor values in one training step: {reads}"
+        assert reads == [], f"reads of tensor values in one training step: {described(reads)}"
     if device.type == "cuda":
         assert cuda_syncs == [], f"CUDA syncs in one training step: {cuda_syncs}"
 
