@@ -3,13 +3,18 @@ split and depth, on the task's evaluation splits and on compositions deeper than
 checkout's scripts: `train.py` and the release tooling hand `export_study` to `export_model`.
 
 `export_study` runs `adaptive_study` for a model of the paper's CTL task (not with ACT halting): it evaluates the model
-with adaptive steps at every threshold of `THRESHOLDS` on `ood_valid` (never on `ood_test`), picks one with
-`choose_threshold`, writes `adaptive_steps=True` with that threshold and the cap into the exported `config.json`, and
+with adaptive steps at every threshold of `THRESHOLDS` on `ood_valid` (never on `ood_test`) and on `iid_check`, fresh
+samples of the training distribution, picks one with `choose_threshold` (the best on `ood_valid` among those that lose
+nothing against the fixed steps on `iid_check`: as-loaded `iid_test` fell below fixed steps' on some seeds before the
+guard), writes `adaptive_steps=True` with that threshold and the cap into the exported `config.json`, and
 reports every split with both the fixed step count and the adaptive steps the model now runs as loaded.
 
     from adaptive_study import choose_threshold
     choose_threshold({"0.15": {"accuracy": 1.0, "mean_steps": 13.5}, "0.2": {"accuracy": 1.0, "mean_steps": 12.4}})
     # 0.2
+    choose_threshold({"0.15": {"accuracy": 1.0, "mean_steps": 13.5}, "0.2": {"accuracy": 1.0, "mean_steps": 12.4}},
+                     iid_check={"0.15": 1.0, "0.2": 0.996}, iid_fixed=1.0)
+    # 0.15
 """
 
 import json
@@ -18,7 +23,7 @@ import os
 import numpy as np
 
 from modeling_ndr.tables import markdown_table
-from modeling_ndr.tasks import SMALLEST_N_TRAIN, ctl_compositions, task_label_names
+from modeling_ndr.tasks import SMALLEST_N_TRAIN, ctl_compositions, split_depths, task_label_names
 from modeling_ndr.training.adaptive import comparison_table
 from modeling_ndr.training.evaluation import predict
 
@@ -30,12 +35,18 @@ DEEPER_DEPTHS = (11, 12)
 DEEPER_SPLIT = "deeper"
 # ctl_compositions' default stream seed; the tests draw fresh samples with another one.
 DEEPER_SAMPLE_SEED = 1
+# Fresh compositions of iid_test's depths (the training distribution), drawn with the model's function tables and a
+# stream seed of their own: a threshold may not score below the fixed steps on them (iid_test is never read).
+IID_CHECK_SPLIT = "iid_check"
+IID_CHECK_SAMPLE_SEED = 2
 SELECTION_SPLIT = "ood_valid"
 BATCH_SIZE = 1000  # texts per forward pass (a sample's result does not depend on its batch)
 SELECTION_RULE = (
-    "the threshold of the grid with the best ood_valid accuracy; among equally accurate ones the one with the fewest "
-    "mean ood_valid steps (the larger threshold on a tie); at most 2 x num_hidden_layers steps; adaptive steps are "
-    "turned on only if that accuracy is at least the fixed step count's on ood_valid; ood_test is never read"
+    "among the thresholds of the grid at least as accurate as the fixed step count on iid_check (fresh compositions "
+    "of iid_test's depths), the one with the best ood_valid accuracy; among equally accurate ones the one with the "
+    "fewest mean ood_valid steps (the larger threshold on a tie); at most 2 x num_hidden_layers steps; adaptive steps "
+    "are turned on only if that accuracy is at least the fixed step count's on ood_valid; iid_test and ood_test are "
+    "never read"
 )
 
 
@@ -55,28 +66,45 @@ def applies(config, run_config: dict) -> bool:
     return (task.get("task") or "ctl") == "ctl" and not own_data and bool(task) and config.halting != "act"
 
 
-def choose_threshold(grid: dict) -> float:
+def choose_threshold(grid: dict, iid_check: dict | None = None, iid_fixed: float | None = None) -> float | None:
     """The selection rule (`SELECTION_RULE`) on a recorded grid.
 
     Args:
         grid: `{threshold: {"accuracy": a, "mean_steps": s}}` on `ood_valid`; thresholds may be strings (as read from
             JSON) or numbers.
+        iid_check (*optional*): `{threshold: accuracy}` on `iid_check`, the training distribution's fresh rows; with
+            `iid_fixed` (the fixed step count's accuracy there), thresholds below it are not eligible. Without them
+            (exports made before 2026-12-06 recorded none) every threshold is.
+        iid_fixed (*optional*): see `iid_check`.
 
     Returns:
-        The chosen threshold, a float.
+        The chosen threshold, a float; None where no threshold is eligible (the export keeps fixed steps).
     """
     if not grid:
         raise ValueError("choose_threshold needs at least one threshold")
     values = {float(threshold): result for threshold, result in grid.items()}
+    if iid_check is not None and iid_fixed is not None:
+        checked = {float(threshold): accuracy for threshold, accuracy in iid_check.items()}
+        values = {threshold: result for threshold, result in values.items() if checked[threshold] >= iid_fixed}
+        if not values:
+            return None
     best = max(result["accuracy"] for result in values.values())
     tied = [threshold for threshold, result in values.items() if result["accuracy"] == best]
     return min(tied, key=lambda threshold: (values[threshold]["mean_steps"], -threshold))
 
 
+def recorded_choice(selection: dict) -> float | None:
+    """`choose_threshold` on a selection record (`run_config.json`'s `adaptive_steps`), with its iid check where it
+    has one."""
+    check = selection.get(IID_CHECK_SPLIT) or {}
+    return choose_threshold(selection["grid"], check.get("grid"), check.get("fixed_accuracy"))
+
+
 def evaluation_rows(task: dict, n_eval: int | None = None) -> dict[str, list[dict]]:
     """The rows the study evaluates: `iid_test`, `ood_valid`, `ood_test` of the run's task (its `task_seed`,
-    `direction` and `n_eval`) and `deeper`, `n_eval` compositions of each of `DEEPER_DEPTHS` functions drawn with the
-    same function tables (`ctl_compositions(DEEPER_DEPTHS, n, seed=task_seed, direction=...)`).
+    `direction` and `n_eval`), `deeper`, `n_eval` compositions of each of `DEEPER_DEPTHS` functions drawn with the
+    same function tables (`ctl_compositions(DEEPER_DEPTHS, n, seed=task_seed, direction=...)`), and `iid_check`,
+    `n_eval` fresh compositions of `iid_test`'s depths (the selection's guard for the training distribution).
 
     Args:
         task: the `task` entry of `run_config.json`.
@@ -101,6 +129,9 @@ def evaluation_rows(task: dict, n_eval: int | None = None) -> dict[str, list[dic
     rows = {split: data[split].to_list() for split in ("iid_test", "ood_valid", "ood_test")}
     rows[DEEPER_SPLIT] = ctl_compositions(DEEPER_DEPTHS, n_eval, seed=seed, direction=direction,
                                           sample_seed=DEEPER_SAMPLE_SEED)  # fmt: skip
+    iid_depths = split_depths("ctl")["iid_test"]
+    rows[IID_CHECK_SPLIT] = ctl_compositions(iid_depths, max(1, n_eval // len(iid_depths)), seed=seed,
+                                             direction=direction, sample_seed=IID_CHECK_SAMPLE_SEED)  # fmt: skip
     return rows
 
 
@@ -147,17 +178,25 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
 
     before = {name: getattr(config, name) for name in ("adaptive_steps", "adaptive_threshold", "max_adaptive_steps")}
     config.max_adaptive_steps = config.max_adaptive_steps or 2 * config.num_hidden_layers
-    texts, labels, depths = arrays(SELECTION_SPLIT)
-    grid = {}
+    grid, iid_grid = {}, {}
     for threshold in thresholds:
+        texts, labels, _ = arrays(SELECTION_SPLIT)
         adaptive = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=True, adaptive_threshold=threshold)
         grid[str(threshold)] = {
             "accuracy": float((adaptive.label_ids == labels).mean()),
             "mean_steps": float(adaptive.steps.mean()),
         }
-    chosen = choose_threshold(grid)
-    fixed = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=False)
-    fixed_accuracy = float((fixed.label_ids == labels).mean())
+        texts, labels, _ = arrays(IID_CHECK_SPLIT)
+        adaptive = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=True, adaptive_threshold=threshold)
+        iid_grid[str(threshold)] = float((adaptive.label_ids == labels).mean())
+
+    def fixed_accuracy_on(split: str) -> float:
+        texts, labels, _ = arrays(split)
+        return float((predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=False).label_ids == labels).mean())
+
+    fixed_accuracy, iid_fixed = fixed_accuracy_on(SELECTION_SPLIT), fixed_accuracy_on(IID_CHECK_SPLIT)
+    chosen = choose_threshold(grid, iid_grid, iid_fixed)
+    iid_depths = split_depths("ctl")["iid_test"]
     selection = {
         "rule": SELECTION_RULE,
         "split": SELECTION_SPLIT,
@@ -165,17 +204,25 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
         "max_adaptive_steps": config.max_adaptive_steps,
         "grid": grid,
         "fixed_accuracy": fixed_accuracy,
+        IID_CHECK_SPLIT: {
+            "depths": list(iid_depths),
+            "n_samples": len(rows[IID_CHECK_SPLIT]),
+            "sample_seed": IID_CHECK_SAMPLE_SEED,
+            "grid": iid_grid,
+            "fixed_accuracy": iid_fixed,
+        },
         "adaptive_threshold": chosen,
     }
-    if grid[next(t for t in grid if float(t) == chosen)]["accuracy"] < fixed_accuracy:
-        # fixed steps do better on ood_valid (e.g. a baseline whose columns never settle): the config stays as it was
+    if chosen is None or grid[next(t for t in grid if float(t) == chosen)]["accuracy"] < fixed_accuracy:
+        # fixed steps do better on ood_valid (e.g. a baseline whose columns never settle), or every threshold loses
+        # samples of the training distribution (iid_check): the config stays as it was
         for name, value in before.items():
             setattr(config, name, value)
         return {"results": None, "selection": {**selection, "max_adaptive_steps": None, "adaptive_threshold": None}}
     config.adaptive_steps, config.adaptive_threshold = True, chosen
 
     results = {}
-    for split in rows:
+    for split in (split for split in rows if split != IID_CHECK_SPLIT):
         texts, labels, depths = arrays(split)
         adaptive = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=True)
         fixed = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=False)
@@ -225,6 +272,13 @@ def export_summary(export_dir: str) -> str | None:
     except FileNotFoundError:
         return None
     if isinstance(selection, dict) and selection.get("adaptive_threshold") is None and "fixed_accuracy" in selection:
+        check = selection.get(IID_CHECK_SPLIT)
+        if check and not any(accuracy >= check["fixed_accuracy"] for accuracy in check["grid"].values()):
+            return (
+                f"The export keeps fixed steps: on {IID_CHECK_SPLIT} (fresh samples of iid_test's depths) they score "
+                f"{check['fixed_accuracy']:.4f}, every adaptive threshold less (at most "
+                f"{max(check['grid'].values()):.4f})."
+            )
         best = max(values["accuracy"] for values in selection["grid"].values())
         return (
             f"The export keeps fixed steps: on {selection['split']} they score {selection['fixed_accuracy']:.4f}, the "

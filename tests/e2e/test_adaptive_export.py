@@ -16,12 +16,14 @@ import adaptive_study
 from adaptive_study import (
     DEEPER_DEPTHS,
     DEEPER_SPLIT,
+    IID_CHECK_SPLIT,
     THRESHOLDS,
     applies,
     choose_threshold,
     evaluation_rows,
     export_study,
     export_summary,
+    recorded_choice,
 )
 from modeling_ndr import NDRConfig, task_label_names
 from modeling_ndr.training import Predictions, UsageError, export_model
@@ -45,6 +47,18 @@ def test_choose_threshold_takes_the_best_ood_valid_accuracy_then_the_fewest_step
     assert choose_threshold({0.3: {"accuracy": 0.5, "mean_steps": 3.0}}) == 0.3, "numbers as keys work too"
     with pytest.raises(ValueError, match="at least one threshold"):
         choose_threshold({})
+
+
+def test_a_threshold_that_loses_samples_of_the_training_distribution_is_not_chosen():
+    """The iid check: a threshold below the fixed steps' accuracy on fresh samples of iid_test's depths is not
+    eligible, however good on ood_valid; where none is eligible, None (the export keeps fixed steps)."""
+    grid = {"0.1": {"accuracy": 0.99, "mean_steps": 16.1}, "0.2": {"accuracy": 1.0, "mean_steps": 12.4}}
+    assert choose_threshold(grid) == 0.2
+    assert choose_threshold(grid, {"0.1": 1.0, "0.2": 0.995}, iid_fixed=1.0) == 0.1, "0.2 loses 5 of 1,000"
+    assert choose_threshold(grid, {"0.1": 0.998, "0.2": 0.995}, iid_fixed=1.0) is None
+    assert choose_threshold(grid, {"0.1": 0.998, "0.2": 0.999}, iid_fixed=0.999) == 0.2, "as accurate is enough"
+    selection = {"grid": grid, IID_CHECK_SPLIT: {"grid": {"0.1": 1.0, "0.2": 0.995}, "fixed_accuracy": 1.0}}
+    assert recorded_choice(selection) == 0.1 and recorded_choice({"grid": grid}) == 0.2, "records without the check"
 
 
 def test_adaptive_steps_are_chosen_only_for_the_generated_ctl_task_without_act():
@@ -85,7 +99,10 @@ def test_export_turns_adaptive_steps_on_with_the_threshold_the_rule_picks(export
     assert config["adaptive_steps"] is True and config["max_adaptive_steps"] == 2 * 3
     assert selection["split"] == "ood_valid" and selection["n_samples"] == N_EVAL
     assert [float(t) for t in selection["grid"]] == list(THRESHOLDS)
-    assert config["adaptive_threshold"] == choose_threshold(selection["grid"]) == selection["adaptive_threshold"]
+    assert config["adaptive_threshold"] == recorded_choice(selection) == selection["adaptive_threshold"]
+    check = selection[IID_CHECK_SPLIT]
+    assert check["depths"] == [2, 3, 4, 5] and check["n_samples"] == N_EVAL and check["sample_seed"] == 2
+    assert [float(t) for t in check["grid"]] == list(THRESHOLDS) and 0 <= check["fixed_accuracy"] <= 1
     assert read(export, "tokenizer.json")["padding"] == read(checkpoint, "tokenizer.json")["padding"]
     assert load_file(export / "model.safetensors").keys() == load_file(checkpoint / "model.safetensors").keys()
     for name, tensor in load_file(export / "model.safetensors").items():
@@ -160,20 +177,37 @@ def test_an_export_without_the_study_keeps_the_config_as_it_is(exported, tmp_pat
     assert export_summary(str(tmp_path / "fixed")) is None
 
 
-def test_the_export_keeps_fixed_steps_where_they_do_better_on_ood_valid(exported, tmp_path, monkeypatch):
-    """A model whose adaptive steps are worse on ood_valid than its fixed step count (here: every adaptive prediction
-    wrong, every fixed one right) is exported as it was trained, and the record says why."""
-    checkpoint, _ = exported
+def stand_in_predict(wrong_adaptive: set[str]):
+    """`predict` answering every text right, except the adaptive answers of the splits named."""
     label_ids = {name: i for i, name in enumerate(task_label_names("ctl"))}  # new_model's label2id
-    truth = {row["text"]: label_ids[task_label_names("ctl")[row["label"]]]
-             for rows in evaluation_rows(TASK).values() for row in rows}  # fmt: skip
+    rows = evaluation_rows(TASK)
+    truth = {row["text"]: label_ids[task_label_names("ctl")[row["label"]]] for split in rows for row in rows[split]}
+    wrong = {row["text"] for split in wrong_adaptive for row in rows[split]}
 
     def predict(model, tokenizer, texts, batch_size, adaptive_steps=None, adaptive_threshold=None):
         if adaptive_steps:
-            return Predictions(np.full(len(texts), -1), np.ones(len(texts), dtype=int), model_chose_steps=True)
+            labels = np.array([-1 if text in wrong else truth[text] for text in texts])
+            return Predictions(labels, np.ones(len(texts), dtype=int), model_chose_steps=True)
         return Predictions(np.array([truth[text] for text in texts]), np.full(len(texts), 3), model_chose_steps=False)
 
-    monkeypatch.setattr(adaptive_study, "predict", predict)
+    return predict
+
+
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        ({"ood_valid"}, "The export keeps fixed steps: on ood_valid they score 1.0000, the best adaptive threshold "
+                        "0.0000."),
+        ({IID_CHECK_SPLIT}, "The export keeps fixed steps: on iid_check (fresh samples of iid_test's depths) they "
+                            "score 1.0000, every adaptive threshold less (at most 0.0000)."),
+    ],
+)  # fmt: skip
+def test_the_export_keeps_fixed_steps_where_they_do_better(exported, tmp_path, monkeypatch, wrong, message):
+    """A model whose adaptive steps are worse than its fixed step count on ood_valid, or on the training
+    distribution's fresh samples (here: every adaptive prediction there wrong, every fixed one right), is exported as
+    it was trained, and the record says why."""
+    checkpoint, _ = exported
+    monkeypatch.setattr(adaptive_study, "predict", stand_in_predict(wrong))
     export_model(str(checkpoint), str(tmp_path / "kept"), repo_id="org/ndr-ctl-tiny", study=export_study)
     config, selection = read(tmp_path / "kept", "config.json"), read(tmp_path / "kept", "run_config.json")
     assert config["adaptive_steps"] is False and config["max_adaptive_steps"] is None
@@ -182,7 +216,5 @@ def test_the_export_keeps_fixed_steps_where_they_do_better_on_ood_valid(exported
         and selection["adaptive_steps"]["adaptive_threshold"] is None
     )
     assert read(tmp_path / "kept", "eval_results.json") == read(checkpoint, "eval_results.json"), "the run's results"
-    assert export_summary(str(tmp_path / "kept")) == (
-        "The export keeps fixed steps: on ood_valid they score 1.0000, the best adaptive threshold 0.0000."
-    )
+    assert export_summary(str(tmp_path / "kept")) == message
     assert "adaptive steps" not in ModelCard.load(tmp_path / "kept" / "README.md").text.lower()

@@ -29,7 +29,7 @@ from transformers import (
     DataCollatorWithPadding,
 )
 
-from adaptive_study import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, choose_threshold
+from adaptive_study import DEEPER_DEPTHS, DEEPER_SPLIT, THRESHOLDS, recorded_choice
 from modeling_ndr import (
     NDRForSequenceClassification,
     NDRForTokenClassification,
@@ -219,7 +219,7 @@ def test_released_ctl_models_run_adaptive_steps_with_the_threshold_chosen_on_ood
     assert config["max_adaptive_steps"] == selection["max_adaptive_steps"] == 2 * config["num_hidden_layers"]
     assert selection["split"] == "ood_valid", "chosen on ood_valid, never on ood_test"
     assert [float(t) for t in selection["grid"]] == list(THRESHOLDS)
-    assert config["adaptive_threshold"] == choose_threshold(selection["grid"]) == selection["adaptive_threshold"]
+    assert config["adaptive_threshold"] == recorded_choice(selection) == selection["adaptive_threshold"]
 
     task = run_config["task"]
     ood_valid = load_task("ctl", seed=task["task_seed"], n_train=72, n_eval=selection["n_samples"],
