@@ -470,9 +470,9 @@ def _promote(release_dir, work_dir, newest, pending, publish, paper, check=None)
         decisions = [(folder, *release_decision(best, current, folder, release_dir, pending["recipe"]["values"],
                                                 metric_split(metric), check)) for folder in tied]  # fmt: skip
         best_dir, released, checked = chosen_candidate(decisions)
-        if len(decisions) > 1 and any(record for _, _, record in decisions):
-            record["tied_candidates"] = [{"step": checkpoint_step(folder), **(record or {})}
-                                         for folder, _, record in decisions]  # fmt: skip
+        if len(decisions) > 1 and any(check_record for _, _, check_record in decisions):
+            record["tied_candidates"] = [{"step": checkpoint_step(folder), **(check_record or {})}
+                                         for folder, _, check_record in decisions]  # fmt: skip
     else:
         released, checked = False, None
     record["released_step"] = checkpoint_step(best_dir) if released else None

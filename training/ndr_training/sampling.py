@@ -1,8 +1,7 @@
 """How `NDRTrainer` draws its training samples: uniformly over depths (`--balance_depths`), over root operators
 within a depth (`--balance_operators`), and with chosen shares of the draws for groups of samples (`--sample_shares
 TOKEN[:DEPTH[:WORDS]][@NESTED]=SHARE`: e.g. ListOps' flat `[SM` lists, over-represented so that the sum is learned).
-Each is a
-weight per sample for a `BalancedSampler`, which draws with replacement, the same per seed in every process.
+Each is a weight per sample for a `BalancedSampler`, which draws with replacement, the same per seed in every process.
 """
 
 import dataclasses
