@@ -333,6 +333,10 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
     )  # fmt: skip
     if training_args.should_save and (note := precision_note(run_args.precision, training_args)):
         print(note)
+    if training_args.should_save and training_args.torch_compile and training_args.device.type == "cpu":
+        print("torch.compile on a CPU: make bench measured the compiled step at 0.62-0.84x eager's speed at the "
+              "CPU presets' sizes on a native-bf16 Xeon, after 1-3 minutes of compiling (docs/results/performance.md; "
+              "make bench measures yours); the presets train eager")  # fmt: skip
 
     # ---- the run's record, written before training (and again after it, with what training took)
     run_config = {}

@@ -42,3 +42,4 @@ def test_train_py_with_torch_compile_trains_and_exports(tmp_path):
         assert set(json.load(f)) >= {"iid_test", "ood_valid", "ood_test"}
     with open(tmp_path / "run" / "export" / "config.json") as f:
         assert json.load(f)["model_type"] == "ndr", "the export holds the plain model, not the compiled wrapper"
+    assert "torch.compile on a CPU: make bench measured the compiled step at 0.62-0.84x" in done.stdout, "the log says"
