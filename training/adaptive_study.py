@@ -293,11 +293,14 @@ def export_summary(export_dir: str) -> str | None:
         for split, values in results.items()
         if values.get("fixed_steps")
     ]
+    guard = (
+        f", among those as accurate as the fixed steps on {IID_CHECK_SPLIT}" if IID_CHECK_SPLIT in selection else ""
+    )
     summary = (
         f"The export runs adaptive steps as loaded: threshold {selection['adaptive_threshold']} (chosen on "
-        f"{selection['split']}), at most {selection['max_adaptive_steps']} steps. Its accuracy as loaded is the "
-        "`adaptive` column, evaluated in float32 (the `fixed` column can differ from the training-time evaluation "
-        "above in its last digits where that ran under bf16 autocast)."
+        f"{selection['split']}{guard}), at most {selection['max_adaptive_steps']} steps. "
+        "Its accuracy as loaded is the `adaptive` column, evaluated in float32 (the `fixed` column can differ from "
+        "the training-time evaluation above in its last digits where that ran under bf16 autocast)."
     )
     columns = ["split", f"fixed {fixed_steps} steps", "adaptive", "adaptive: mean steps"]
     return "\n\n".join([summary, markdown_table(per_split, columns), table])

@@ -40,7 +40,8 @@ def card_values(config, run_config: dict, eval_results: dict) -> dict | None:
         eval_results: the exported results (as loaded, with `fixed_steps`).
 
     Returns:
-        `{"threshold", "max_steps", "fixed_steps", "rule", "grid", "table", "deeper", "evaluate_args"}` or None.
+        `{"threshold", "max_steps", "fixed_steps", "rule", "iid_check", "grid", "table", "deeper", "evaluate_args"}` or
+        None.
     """
     selection = run_config.get("adaptive_steps")
     if not config.adaptive_steps or not isinstance(selection, dict) or comparison_table(eval_results) is None:
@@ -60,6 +61,7 @@ def card_values(config, run_config: dict, eval_results: dict) -> dict | None:
         "fixed_steps": config.eval_num_hidden_layers or config.num_hidden_layers,
         "rule": selection["rule"],
         "selection_samples": selection["n_samples"],
+        "iid_check": selection.get("iid_check"),
         "grid": ", ".join(f"{t}: {r['accuracy']:.3f} / {r['mean_steps']:.1f}" for t, r in grid),
         "table": comparison_table(eval_results),
         "deeper": deeper,

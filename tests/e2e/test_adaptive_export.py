@@ -129,6 +129,7 @@ def test_export_reports_every_split_as_loaded_and_with_fixed_steps(exported):
     command = "training/evaluate_model.py org/ndr-ctl-tiny --task ctl --direction backward --task_seed 3 --n_eval 40"
     assert f"{command} --depths 11 12 --adaptive_steps false" in card.text
     assert "This is a variant" not in card.text, "adaptive steps chosen by the export do not make a variant"
+    assert f"as accurate as the fixed steps on {N_EVAL} fresh samples of `iid_test`'s depths" in card.text
     summary = export_summary(str(export))
     assert summary.startswith("The export runs adaptive steps as loaded") and comparison_table(results) in summary
 
