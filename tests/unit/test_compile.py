@@ -62,40 +62,64 @@ def test_compiled_training_step_matches_eager():
         torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+# Measured 2026-12-06 (torch 2.13.0+cpu): compiled in bf16, these two variants' gradients are 2.6-3.3% of their scale
+# off the fp32 step, four times eager bf16's error (ndr.embeddings.weight; direction_proj.bias); in fp32 they match.
+# Not on a preset's path (the presets train eager, faster on the CPU); strict, so a fix shows up as a failure here.
+BF16_DEVIATES = pytest.mark.xfail(strict=True, reason="inductor's bf16 gradients deviate from fp32 more than eager's")
+INDUCTOR_CASES = [
+    pytest.param(variant, precision, marks=BF16_DEVIATES if (variant, precision) in {
+        ("transformer", "bf16"), ("ndr_metric", "bf16")} else ())
+    for variant in VARIANTS for precision in ("fp32", "bf16")
+]  # fmt: skip
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant, precision", INDUCTOR_CASES)
 def test_every_variant_s_training_step_compiles_with_inductor_and_matches_eager(variant, precision):
     """Inductor on CPU tensors, as `train.py --torch_compile true` compiles (`fullgraph=True`, dynamic lengths), in
-    fp32 and under bf16 autocast as the CPU presets train where the CPU has native bf16: the same loss and gradients
-    as eager, at two sequence lengths without a graph break. About a minute per compile on two cores: `-m slow`
-    (`make bench` times the compiled step against eager at the presets' sizes)."""
+    fp32 and under bf16 autocast as the CPU presets train where the CPU has native bf16, at two sequence lengths
+    without a graph break. fp32: the same loss and gradients as eager. bf16: inductor keeps some intermediates in
+    float32 where eager rounds every operation to bfloat16, so both are compared with the fp32 eager step, and the
+    compiled step may be no farther from it than the eager bf16 step (twice as far, plus bf16's resolution). About a
+    minute per compile on two cores: `-m slow` (`make bench` times the compiled step against eager)."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
-    no_dropout = dict(hidden_dropout_prob=0.0, attention_dropout=0.0, gate_dropout=0.0)
-    eager, compiled_model = tiny_model(variant, **no_dropout).train(), tiny_model(variant, **no_dropout).train()
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_dropout=0.0, gate_dropout=0.0, embedding_dropout=0.0)
+    reference, eager, compiled_model = (tiny_model(variant, **no_dropout).train() for _ in range(3))
     compiled = torch.compile(compiled_model, backend="inductor", fullgraph=True, dynamic=True)
     bf16 = precision == "bf16"
+
+    def step(model, ids, mask, labels, autocast):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        return loss.detach()
+
     for length in (7, 11):
         ids, mask, labels = batch()
         ids = torch.cat([ids, ids], dim=1)[:, :length]
         mask = torch.ones_like(ids)
         mask[1, length - 2 :] = 0
-        for model in (eager, compiled_model):
-            model.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            eager_loss = eager(input_ids=ids, attention_mask=mask, labels=labels).loss
-            compiled_loss = compiled(input_ids=ids, attention_mask=mask, labels=labels).loss
-        tolerance = dict(atol=2e-2, rtol=2e-2) if bf16 else dict(atol=1e-5, rtol=1e-4)
-        torch.testing.assert_close(compiled_loss, eager_loss, **tolerance)
-        eager_loss.backward()
-        compiled_loss.backward()
-        for (name, a), b in zip(eager.named_parameters(), compiled_model.parameters()):
-            if a.grad is not None:
-                scale = a.grad.abs().max().clamp(min=1e-3)
-                torch.testing.assert_close(b.grad / scale, a.grad / scale, **tolerance, msg=f"{name} ({length})")
+        exact = step(reference, ids, mask, labels, False)
+        eager_loss, compiled_loss = step(eager, ids, mask, labels, bf16), step(compiled, ids, mask, labels, bf16)
+        if not bf16:
+            torch.testing.assert_close(compiled_loss, eager_loss, atol=1e-5, rtol=1e-4)
+        else:
+            allowed = 2 * (eager_loss - exact).abs() + 2**-7 * exact.abs()
+            assert (compiled_loss - exact).abs() <= allowed, f"loss ({length}): {compiled_loss} {eager_loss} {exact}"
+        for (name, r), e, c in zip(reference.named_parameters(), eager.parameters(), compiled_model.parameters()):
+            if r.grad is None:
+                continue
+            scale = r.grad.abs().max().clamp(min=1e-3)
+            if not bf16:
+                torch.testing.assert_close(c.grad / scale, e.grad / scale, atol=1e-5, rtol=1e-4, msg=f"{name}")
+            else:
+                eager_error = ((e.grad - r.grad).abs().max() / scale).item()
+                compiled_error = ((c.grad - r.grad).abs().max() / scale).item()
+                assert compiled_error <= 2 * eager_error + 2**-7, f"{name} ({length}): {compiled_error} {eager_error}"
     assert not counters["graph_break"], f"graph breaks: {dict(counters['graph_break'])}"
 
 
