@@ -126,19 +126,19 @@ def variants(repeats: int) -> list[dict]:
 def compiled(repeats: int, presets=("arithmetic_cpu", "listops_cpu", "ctl_cpu")) -> list[dict]:
     import time
 
+    from modeling_ndr.training.presets import read_preset
     from ndr_training.devices import cpu_has_native_bf16
     from precision import preset_model, step_function
 
     rows = []
     for preset in presets:
+        batches = task_batches(read_preset(preset)["task"], 64)
         for bf16 in (False, True):
             row = {"preset": preset, "precision": "bf16" if bf16 else "fp32"}
             if bf16 and not cpu_has_native_bf16():
                 rows.append(dict(row, **{"eager (ms)": "not measured: no native bf16"}))
                 continue
-            eager, task = preset_model(preset)
-            model, _ = preset_model(preset)  # the same weights (seed 0)
-            batches = task_batches(task, 64)
+            (eager, _), (model, _) = preset_model(preset), preset_model(preset)  # the same weights (seed 0)
             torch._dynamo.reset()
             with single_thread():
                 compiled_step = step_function(torch.compile(model, dynamic=True), batches, bf16)

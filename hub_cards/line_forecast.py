@@ -12,12 +12,12 @@ the line (the release's `last-checkpoint/`, earlier lines included) and fits the
 """
 
 import argparse
-import json
 import os
 
 import numpy as np
 
-from line_records import CONTINUATION_FILE, LAST_CHECKPOINT, curve_points
+from line_records import LAST_CHECKPOINT, curve_points, read_line
+from modeling_ndr.training.errors import read_json
 
 
 def band(points: list[dict], split: str, window: float) -> list[dict]:
@@ -86,9 +86,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--target", type=float, default=None)
     parser.add_argument("--plot", default=None, help="save the figure here")
     args = parser.parse_args(argv)
-    last = os.path.join(args.release, LAST_CHECKPOINT)
-    with open(os.path.join(last, CONTINUATION_FILE)) as f, open(os.path.join(last, "trainer_state.json")) as g:
-        points = curve_points(json.load(f), json.load(g))
+    line = read_line(args.release)
+    if line is None:
+        raise SystemExit(f"{args.release}: no {LAST_CHECKPOINT}/, so no line to forecast")
+    points = curve_points(line, read_json(os.path.join(args.release, LAST_CHECKPOINT, "trainer_state.json")))
     rows = band(points, args.split, args.window)
     fitted = trend(rows, args.fit_from, args.target)
     print("| samples (M) | evaluations | mean | sd |\n|---|---|---|---|")

@@ -193,22 +193,23 @@ def adaptive_study(model, tokenizer, task: dict, n_eval: int | None = None, thre
     before = {name: getattr(config, name) for name in ("adaptive_steps", "adaptive_threshold", "max_adaptive_steps")}
     config.max_adaptive_steps = config.max_adaptive_steps or 2 * config.num_hidden_layers
     grid, iid_grid = {}, {}
+    selection_texts, selection_labels, _ = arrays(SELECTION_SPLIT)
+    check_texts, check_labels, _ = arrays(IID_CHECK_SPLIT)
+
+    def accuracy(texts, labels, **options):
+        predictions = predict(model, tokenizer, texts, BATCH_SIZE, **options)
+        return float((predictions.label_ids == labels).mean()), predictions
+
     for threshold in thresholds:
-        texts, labels, _ = arrays(SELECTION_SPLIT)
-        adaptive = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=True, adaptive_threshold=threshold)
-        grid[str(threshold)] = {
-            "accuracy": float((adaptive.label_ids == labels).mean()),
-            "mean_steps": float(adaptive.steps.mean()),
-        }
-        texts, labels, _ = arrays(IID_CHECK_SPLIT)
-        adaptive = predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=True, adaptive_threshold=threshold)
-        iid_grid[str(threshold)] = float((adaptive.label_ids == labels).mean())
-
-    def fixed_accuracy_on(split: str) -> float:
-        texts, labels, _ = arrays(split)
-        return float((predict(model, tokenizer, texts, BATCH_SIZE, adaptive_steps=False).label_ids == labels).mean())
-
-    fixed_accuracy, iid_fixed = fixed_accuracy_on(SELECTION_SPLIT), fixed_accuracy_on(IID_CHECK_SPLIT)
+        correct, adaptive = accuracy(
+            selection_texts, selection_labels, adaptive_steps=True, adaptive_threshold=threshold
+        )
+        grid[str(threshold)] = {"accuracy": correct, "mean_steps": float(adaptive.steps.mean())}
+        iid_grid[str(threshold)] = accuracy(
+            check_texts, check_labels, adaptive_steps=True, adaptive_threshold=threshold
+        )[0]
+    fixed_accuracy = accuracy(selection_texts, selection_labels, adaptive_steps=False)[0]
+    iid_fixed = accuracy(check_texts, check_labels, adaptive_steps=False)[0]
     chosen = choose_threshold(grid, iid_grid)
     iid_depths = split_depths("ctl")["iid_test"]
     selection = {

@@ -75,8 +75,8 @@ def nested_arguments(ids, openers, closer) -> int:
 
 
 def nested_of(dataset, shares) -> np.ndarray | None:
-    """`nested_arguments` of every sample (None where no share asks for it; a Python pass over the token ids, about
-    15 s for ListOps' 1M rows)."""
+    """`nested_arguments` of every sample (None where no share asks for it; a Python pass over the token ids, 5.6 s
+    for ListOps' 1M rows on a 2-core Xeon, made by the shares' check and again by the sampler)."""
     asking = [share for share in shares if share.nested is not None]
     if not asking:
         return None
