@@ -17,7 +17,7 @@ DEMO_ARGS ?=
 	demo-backward-bos example-finetune test test-fast test-slow test-gpu test-image-versions lint format \
 	bench gpu-session datasets clean docs docs-serve space screenshot gpu-release release-continue release-cooldown \
 	release-cooldown-resume \
-	compare-tokens
+	compare-tokens compare-ctlpp
 
 setup: $(STAMP) ## create .venv (CPU build of torch), install the package with its test and train extras, unpack transformers' common model tests
 
@@ -107,6 +107,20 @@ TOKEN_ARGS ?= --preset $(if $(filter carry,$(TOKEN_TASK)),carry_cpu,strings_cpu)
 compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same budget (TOKEN_ARGS), for MINUTES
 	OMP_NUM_THREADS=1 $(BIN)/python training/compare_tokens.py --task $(TOKEN_TASK) --variants $(TOKEN_VARIANTS) \
 	    --results_dir docs/results $(if $(MINUTES),--minutes $(MINUTES)) -- $(TOKEN_ARGS)
+
+# CTL++ runs on one budget (docs/results/ctlpp.md): CTLPP_MODELS x OVERLAPS (K or KxS: functions shared by the
+# 2-stage variant's groups x symbols) x SEEDS on CTLPP_VARIANT, each `train.py --preset ctlpp_cpu` for CTLPP_STEPS;
+# for MINUTES (the running run stops with a checkpoint, the next call resumes it); writes
+# docs/results/compare_ctlpp_<variant>.json (and _sweep.png where a model has two overlaps or more)
+CTLPP_VARIANT ?= parallel_branch
+CTLPP_MODELS ?= ndr
+OVERLAPS ?= 0
+SEEDS ?= 42
+CTLPP_STEPS ?= 10000
+compare-ctlpp: $(STAMP) ## CTL++: models x overlaps x seeds on one budget, the overlap sweep's plot, for MINUTES
+	OMP_NUM_THREADS=1 $(BIN)/python training/compare_ctlpp.py --task_variant $(CTLPP_VARIANT) --models $(CTLPP_MODELS) \
+	    --overlaps $(OVERLAPS) --seeds $(SEEDS) --max_steps $(CTLPP_STEPS) --results_dir docs/results \
+	    $(if $(MINUTES),--minutes $(MINUTES))
 
 # what CI runs (.ci/run): the linter, then the test suite, in TEST_WORKERS processes (pytest-xdist; a test file runs
 # whole in one of them, its fixtures shared as when run alone); TEST_WORKERS=0 runs it in this process

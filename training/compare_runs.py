@@ -5,7 +5,9 @@ results as its export loads, its learning curve, and ACT's ponder steps.
 
 import json
 import os
+import shutil
 import sys
+import time
 
 import modeling_ndr
 from compare_report import FIT, RECIPE_COLUMNS, RECORDED_BEFORE, SPLITS, results_name
@@ -133,6 +135,61 @@ def run_until_stopped(command: list[str], env: dict, directory: str, append: boo
         return returncode, ""
     stopped = stopped or {}
     return returncode, f"at step {stopped.get('step')} ({stopped.get('reason', 'exit 75')})"
+
+
+def script_flags(command: list[str]) -> list[str]:
+    """The flags `command` gives `train.py` (what follows the script; all of it where there is no `train.py`)."""
+    scripts = [index for index, part in enumerate(command) if os.path.basename(part) == "train.py"]
+    return command[scripts[0] + 1 :] if scripts else command
+
+
+def train_once(
+    name: str, directory: str, command: list[str], env: dict, deadline: float | None, record_name: str, tag: str
+) -> dict | None:
+    """Run `command` (a `train.py` run writing into `directory`) unless it finished with this command before: a run
+    of another command there is moved to `directory.previous`, an unfinished one of this command resumes from its last
+    checkpoint, and `deadline` (a `time.monotonic()` value) becomes its `--max_wall_minutes`. `directory/record_name`
+    records the command, the training seconds and whether it finished. Returns `{"results", "seconds", "command"}`, or
+    None where the run stopped with a checkpoint (the caller exits 75; the same command resumes it); a failure raises
+    SystemExit naming its log. "The same command" is the same `train.py` flags (`script_flags`): a run started from
+    another checkout, interpreter or launcher is resumed. `name` and `tag` are what the progress lines say."""
+    record = read_json(os.path.join(directory, record_name)) or {}
+    # the same run: the same train.py flags (the interpreter, the launcher and the checkout's path may differ)
+    same = bool(record.get("command")) and script_flags(record["command"]) == script_flags(command)
+    results = read_json(os.path.join(directory, "eval_results.json"))
+    if same and results and record.get("finished"):
+        print(f"[{tag}] {name}: finished with this command, not trained again", flush=True)
+        return {"results": results, "seconds": record.get("seconds"), "command": command[1:]}
+    if os.path.isdir(directory) and not same:
+        shutil.rmtree(directory + ".previous", ignore_errors=True)
+        os.rename(directory, directory + ".previous")
+        print(f"[{tag}] {name}: a run of another command moved to {directory}.previous", flush=True)
+    resume = ["--resume_from_checkpoint", "auto"] if same else []
+    # (at least 0.6 s: a deadline already passed still trains to the first step and saves it)
+    minutes = None if deadline is None else max(0.01, (deadline - time.monotonic()) / 60)
+    limit = [] if minutes is None else ["--max_wall_minutes", f"{minutes:.2f}"]
+    os.makedirs(directory, exist_ok=True)
+    seconds = record.get("seconds", 0.0) if same else 0.0
+
+    def write_record(spent: float, finished: bool = False) -> None:
+        with open(os.path.join(directory, record_name), "w") as f:
+            json.dump({"command": command[1:], "seconds": round(spent, 1), "finished": finished}, f, indent=2)
+
+    write_record(seconds)
+    print(f"[{tag}] {'resuming' if same else 'training'} {name}: {' '.join(command)}", flush=True)
+    started = time.time()
+    status, where = run_until_stopped(command + resume + limit, env, directory, same,
+                                      lambda spent: write_record(seconds + spent))  # fmt: skip
+    seconds += time.time() - started
+    if where:
+        write_record(seconds)
+        print(f"[{tag}] {name}: stopped {where}; the same command resumes it", flush=True)
+        return None
+    if status != 0:
+        raise SystemExit(f"[{tag}] {name} failed (exit {status}); see {directory}/train.log")
+    write_record(seconds, finished=True)
+    return {"results": read_json(os.path.join(directory, "eval_results.json")), "seconds": seconds,
+            "command": command[1:]}  # fmt: skip
 
 
 def as_loaded(output_dir: str) -> dict:

@@ -23,10 +23,9 @@ import shutil
 import sys
 import time
 
-from compare_runs import launch, run_until_stopped
+from compare_runs import launch, train_once
 from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import TOKEN_SPLIT_NAMES, TOKEN_TASK_NAMES
-from modeling_ndr.training.errors import read_json
 from ndr_training import EXIT_STOPPED
 
 
@@ -65,46 +64,11 @@ def eval_splits(task: str) -> list[str]:
 
 
 def train_variant(args, variant: str, extra: list[str], deadline: float | None) -> dict | None:
-    """Train `variant` unless it finished with this command (a run of another command is moved to `NAME.previous`);
-    returns `{"results", "seconds", "command"}`, or None where it stopped with a checkpoint (exit 75 follows)."""
-    directory = os.path.join(args.output_dir, variant)
+    """Train `variant` unless it finished with this command (`compare_runs.train_once`); returns `{"results",
+    "seconds", "command"}`, or None where it stopped with a checkpoint (exit 75 follows)."""
     command, env = variant_command(args, variant, extra)
-    record = read_json(os.path.join(directory, RECORD)) or {}
-    same = record.get("command") == command[1:]  # (the interpreter may differ between machines)
-    results = read_json(os.path.join(directory, "eval_results.json"))
-    if same and results and record.get("finished"):
-        print(f"[compare_tokens] {variant}: finished with this command, not trained again", flush=True)
-        return {"results": results, "seconds": record.get("seconds"), "command": command[1:]}
-    if os.path.isdir(directory) and not same:
-        shutil.rmtree(directory + ".previous", ignore_errors=True)
-        os.rename(directory, directory + ".previous")
-        print(f"[compare_tokens] {variant}: a run of another command moved to {directory}.previous", flush=True)
-    resume = ["--resume_from_checkpoint", "auto"] if same else []
-    # (at least 0.6 s: a deadline already passed still trains to the first step and saves it)
-    minutes = None if deadline is None else max(0.01, (deadline - time.monotonic()) / 60)
-    limit = [] if minutes is None else ["--max_wall_minutes", f"{minutes:.2f}"]
-    os.makedirs(directory, exist_ok=True)
-    seconds = record.get("seconds", 0.0) if same else 0.0
-
-    def write_record(spent: float, finished: bool = False) -> None:
-        with open(os.path.join(directory, RECORD), "w") as f:
-            json.dump({"command": command[1:], "seconds": round(spent, 1), "finished": finished}, f, indent=2)
-
-    write_record(seconds)
-    print(f"[compare_tokens] {'resuming' if same else 'training'} {variant}: {' '.join(command)}", flush=True)
-    started = time.time()
-    status, where = run_until_stopped(command + resume + limit, env, directory, same,
-                                      lambda spent: write_record(seconds + spent))  # fmt: skip
-    seconds += time.time() - started
-    if where:
-        write_record(seconds)
-        print(f"[compare_tokens] {variant}: stopped {where}; the same command resumes it", flush=True)
-        return None
-    if status != 0:
-        raise SystemExit(f"[compare_tokens] {variant} failed (exit {status}); see {directory}/train.log")
-    write_record(seconds, finished=True)
-    return {"results": read_json(os.path.join(directory, "eval_results.json")), "seconds": seconds,
-            "command": command[1:]}  # fmt: skip
+    directory = os.path.join(args.output_dir, variant)
+    return train_once(variant, directory, command, env, deadline, RECORD, "compare_tokens")
 
 
 def table(task: str, runs: dict) -> str:

@@ -1,0 +1,92 @@
+"""`training/compare_ctlpp.py` (`make compare-ctlpp`): a grid of CTL++ runs (models x overlaps x seeds) on one budget,
+the table with the seeds' mean and spread, the overlap sweep's plot, finished runs reused."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from scripts import load_script
+
+
+SMALL = ["--n_train", "1500", "--n_eval", "20", "--hidden_size", "16", "--intermediate_size", "16",
+         "--num_attention_heads", "2", "--num_hidden_layers", "2", "--eval_num_hidden_layers", "3",
+         "--per_device_train_batch_size", "8", "--eval_steps", "2", "--save_steps", "2", "--use_cpu", "true",
+         "--report_to", "none", "--task_seed", "5"]  # fmt: skip
+REPO = Path(__file__).resolve().parents[2]
+
+
+def script():
+    return load_script("training/compare_ctlpp.py", "ndr_compare_ctlpp")
+
+
+def test_the_overlap_sweep_trains_each_cell_once_and_plots_the_never_seen_orders_against_the_overlap(tmp_path, capsys):
+    runs_dir, results_dir = tmp_path / "runs", tmp_path / "results"
+    argv = ["--task_variant", "parallel_branch_2stage", "--overlaps", "0,4x2", "--seeds", "3", "--nproc", "1",
+            "--max_steps", "2", "--output_dir", str(runs_dir), "--results_dir", str(results_dir),
+            "--", *SMALL]  # fmt: skip
+    runs = script().main(argv)
+    assert [(run["cell"]["function_overlap"], run["cell"]["symbol_overlap"]) for run in runs] == [(0, None), (4, 2)]
+    names = sorted(path.name for path in runs_dir.iterdir() if path.is_dir())
+    assert names == ["ndr_parallel_branch_2stage_fo0_seed3", "ndr_parallel_branch_2stage_fo4_so2_seed3"]
+    second = runs[1]["command"]
+    assert second[second.index("--symbol_overlap") + 1] == "2" and second[-len(SMALL) :] == SMALL
+    assert "--symbol_overlap" not in runs[0]["command"] and "--variant" not in runs[0]["command"]
+    data = json.loads((results_dir / "compare_ctlpp_parallel_branch_2stage.json").read_text())
+    assert [row["function_overlap"] for row in data] == [0, 4] and data[0]["seed"] == 3
+    assert {"2", "6"} <= set(data[0]["results"]["test_group_alternate"]["by_depth"]) <= {"2", "3", "4", "5", "6"}
+    assert "test_cross_unseen_symbols" in data[1]["results"] and "test_cross_unseen_symbols" not in data[0]["results"]
+    assert (results_dir / "compare_ctlpp_parallel_branch_2stage_sweep.png").stat().st_size > 0
+    table = (runs_dir / "comparison.md").read_text()
+    assert "| ndr | 4x2 | 3 |" in table and "Mean over seeds" in table
+    capsys.readouterr()
+    script().main(argv)
+    assert capsys.readouterr().out.count("not trained again") == 2, "finished runs are reused"
+
+
+def test_baselines_with_softmax_attention_evaluate_with_the_steps_they_train_with(tmp_path):
+    compare = script()
+    args = compare.argparse.Namespace(max_steps=100, output_dir=str(tmp_path))
+    cell = {"model": "rel_gate", "task_variant": "parallel_branch", "function_overlap": 0, "symbol_overlap": None,
+            "seed": 1}  # fmt: skip
+    flags = compare.train_flags(args, cell)
+    assert flags[flags.index("--variant") + 1] == "rel_gate"
+    assert flags[flags.index("--eval_num_hidden_layers") + 1] == "8", "the preset's training steps"
+    flags = compare.train_flags(args, {**cell, "model": "ndr_act"})
+    assert "--eval_num_hidden_layers" not in flags, "geometric attention evaluates with the preset's 10 steps"
+    assert compare.headline_split("alternate") == "test_self_loop"
+    assert compare.headline_split("parallel_branch_2stage") == "test_group_alternate"
+
+
+def test_a_run_started_from_another_checkout_or_launcher_is_the_same_run():
+    compare_runs = load_script("training/compare_runs.py", "ndr_compare_runs")
+    here = ["accelerate", "launch", "--num_processes", "2", "/work/a/training/train.py", "--seed", "1"]
+    there = ["/usr/bin/python3", "/tmp/b/training/train.py", "--seed", "1"]
+    assert compare_runs.script_flags(here) == compare_runs.script_flags(there) == ["--seed", "1"]
+    assert compare_runs.script_flags(["python", "other.py", "--seed", "1"]) == ["python", "other.py", "--seed", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--overlaps", "4x"], "--overlaps: '4x' is not K or KxS"),
+        (["--overlaps", "0x3"], "'0x3' shares symbols of no function"),
+        (["--task_variant", "alternate", "--overlaps", "4"], "alternate has no overlap group"),
+        (["--task_variant", "parallel_branch_2stage", "--overlaps", "20"], "function_overlap must be an int from 0"),
+        (["--models", "ndr,nope"], "--models: 'nope' not found; available variants"),
+    ],
+)
+def test_a_bad_grid_is_refused_before_anything_trains(tmp_path, argv, message):
+    with pytest.raises(SystemExit) as refused:
+        script().main([*argv, "--output_dir", str(tmp_path / "runs")])
+    assert message in str(refused.value.code)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_make_compare_ctlpp_passes_the_grid():
+    given = ["CTLPP_VARIANT=parallel_branch_2stage", "OVERLAPS=0,4x2", "SEEDS=42,1", "MINUTES=30"]
+    dry_run = subprocess.run(["make", "-n", "compare-ctlpp", *given], cwd=REPO, capture_output=True, text=True)
+    assert dry_run.returncode == 0, dry_run.stderr
+    for part in ("--task_variant parallel_branch_2stage", "--overlaps 0,4x2", "--seeds 42,1", "--minutes 30",
+                 "--results_dir docs/results"):  # fmt: skip
+        assert part in dry_run.stdout, dry_run.stdout

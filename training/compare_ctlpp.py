@@ -1,0 +1,263 @@
+"""Runs on CTL++ over a grid: models (the NDR and the paper's baselines), the overlap of the 2-stage variant's groups,
+and seeds, all on one budget; a table per split and per depth, mean and spread over seeds, and the overlap sweep as a
+plot.
+
+    python training/compare_ctlpp.py --task_variant parallel_branch --models ndr,rel_gate --seeds 42,1   # baselines
+    python training/compare_ctlpp.py --task_variant parallel_branch_2stage --overlaps 0,4x2,4x6,16x2,16x6 \\
+        --results_dir docs/results --minutes 120                                            # the overlap sweep
+    make compare-ctlpp CTLPP_VARIANT=parallel_branch_2stage OVERLAPS=0,4x2,16x6 MINUTES=120
+
+Each run is `train.py --preset ctlpp_cpu --task_variant V [--function_overlap K [--symbol_overlap S]] [--variant M]
+--seed N --max_steps STEPS` (two CPU processes by default, as `make demo`) into
+`OUTPUT_DIR/M_V[_foK[_soS]]_seedN/`; an overlap `K` shares K functions between the stage-2 groups (all 8 symbols on
+both routes), `KxS` K functions on S shared symbols each (the authors' sweep: K in 4, 8, 12, 16 and S in 2-6), `0`
+none. The NDR's models (geometric attention) evaluate with the preset's evaluation steps; softmax-attention
+baselines with the steps they train with, as the paper's. Everything after `--` goes to every run unchanged.
+
+A run finished with the same command is not trained again; one stopped by `--minutes` (the call's time box) or a
+signal resumes from its checkpoint at the next call (the call stopped ends with exit 75 saying so; `compare_runs.
+train_once`): a sweep longer than one sitting is run by calling the same command again. No CTL++ split selects a
+checkpoint: each run reports its last one, evaluated with the steps its export runs.
+
+Written into OUTPUT_DIR after every run: `comparison.md` (a row per run: each split's accuracy, the training minutes;
+then mean +- std over seeds of each cell) and, where a model has two overlaps or more, `sweep.png` (the headline split
+of never-seen orders, `test_group_alternate`, against the shared functions, a line per number of shared symbols, each
+seed a point; `iid_test` dashed). With `--results_dir DIR` also `DIR/compare_ctlpp_<variant>.json` (every run: its
+cell, command, seconds and per-split accuracy by depth) and `DIR/compare_ctlpp_<variant>_sweep.png`.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+from compare_runs import launch, train_once
+from modeling_ndr.tables import markdown_table
+from modeling_ndr.tasks import ctlpp_split_names
+from modeling_ndr.tasks.ctlpp import CTLPP_VARIANTS, check_ctlpp_options
+from modeling_ndr.training import UsageError, read_preset, read_variant
+from ndr_training import EXIT_STOPPED
+
+
+RECORD = "compare_ctlpp_run.json"
+PRESET = "ctlpp_cpu"
+TAG = "compare_ctlpp"
+
+
+def parse_overlap(text: str) -> tuple[int, int | None]:
+    """`K` or `KxS` (shared functions, shared symbols per function) -> `(K, S)`; S is None for all 8 (or K = 0)."""
+    functions, x, symbols = text.strip().partition("x")
+    try:
+        cell = (int(functions), int(symbols) if x else None)
+    except ValueError:
+        raise UsageError(f"--overlaps: {text!r} is not K or KxS (shared functions x symbols), e.g. 4x2") from None
+    if cell[0] == 0 and cell[1] is not None:
+        raise UsageError(f"--overlaps: {text!r} shares symbols of no function; write 0")
+    return cell
+
+
+def cells(args) -> list[dict]:
+    """Every run the grid asks for, in training order: seed by seed (a first seed of every cell comes before a
+    second), within a seed model by model, overlap by overlap."""
+    overlaps = [parse_overlap(item) for item in args.overlaps.split(",") if item.strip()] or [(0, None)]
+    if args.task_variant == "alternate" and overlaps != [(0, None)]:
+        raise UsageError("--overlaps: alternate has no overlap group (the parallel_branch variants have)")
+    for functions, symbols in overlaps:
+        try:
+            check_ctlpp_options(args.task_variant, functions, symbols)
+        except ValueError as error:
+            raise UsageError(f"--overlaps: {error}") from None
+    models = [model.strip() for model in args.models.split(",") if model.strip()]
+    for model in models:
+        try:
+            read_variant(model, "ctlpp", PRESET)
+        except UsageError as error:  # (it names the variants there are)
+            raise UsageError(f"--models: {str(error).removeprefix('--variant ')}") from None
+    seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+    return [{"model": model, "task_variant": args.task_variant, "function_overlap": functions,
+             "symbol_overlap": symbols, "seed": seed}
+            for seed in seeds for model in models for functions, symbols in overlaps]  # fmt: skip
+
+
+def run_name(cell: dict) -> str:
+    name = f"{cell['model']}_{cell['task_variant']}"
+    if cell["task_variant"] != "alternate":
+        name += f"_fo{cell['function_overlap']}"
+        if cell["symbol_overlap"] is not None:
+            name += f"_so{cell['symbol_overlap']}"
+    return f"{name}_seed{cell['seed']}"
+
+
+def train_flags(args, cell: dict) -> list[str]:
+    """The `train.py` flags of one run (the shared flags after `--` come last and win)."""
+    flags = ["--preset", PRESET, "--task_variant", cell["task_variant"]]
+    if cell["task_variant"] != "alternate":
+        flags += ["--function_overlap", str(cell["function_overlap"])]
+        if cell["symbol_overlap"] is not None:
+            flags += ["--symbol_overlap", str(cell["symbol_overlap"])]
+    if cell["model"] != "ndr":
+        flags += ["--variant", cell["model"]]
+        if read_variant(cell["model"], "ctlpp", PRESET).get("attention_type") == "softmax":
+            flags += ["--eval_num_hidden_layers", str(read_preset(PRESET)["num_hidden_layers"])]
+    flags += ["--seed", str(cell["seed"]), "--max_steps", str(args.max_steps),
+              "--output_dir", os.path.join(args.output_dir, run_name(cell)), "--disable_tqdm", "true"]  # fmt: skip
+    return flags
+
+
+def headline_split(task_variant: str) -> str:
+    """The split of never-seen orders a variant is reported by (the first after iid_test, as train.py's headline)."""
+    return ctlpp_split_names(task_variant)[2]
+
+
+def overlap_label(cell: dict) -> str:
+    if cell["task_variant"] == "alternate":
+        return ""
+    functions, symbols = cell["function_overlap"], cell["symbol_overlap"]
+    return str(functions) if symbols is None else f"{functions}x{symbols}"
+
+
+def splits_of(runs: list[dict]) -> list[str]:
+    """The evaluation splits of the runs, in the task's order (the overlap splits where a run has them)."""
+    seen = {split for run in runs for split in run["results"]}
+    task_variant = runs[0]["cell"]["task_variant"]
+    order = ctlpp_split_names(task_variant, 0 if task_variant == "alternate" else 4, 2)[1:]  # all it can make
+    return [split for split in order if split in seen]
+
+
+def tables(runs: list[dict]) -> str:
+    """A row per run, then one per cell with mean +- std over its seeds (std: sample, where two seeds or more)."""
+    splits = splits_of(runs)
+    rows = [[run["cell"]["model"], overlap_label(run["cell"]), run["cell"]["seed"],
+             *(f"{run['results'][split]['accuracy']:.3f}" if split in run["results"] else "" for split in splits),
+             f"{(run['seconds'] or 0) / 60:.1f}"] for run in runs]  # fmt: skip
+    text = markdown_table(rows, ["model", "overlap", "seed", *splits, "minutes"])
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["cell"]["model"], overlap_label(run["cell"])), []).append(run)
+    summary = []
+    for (model, overlap), members in groups.items():
+        row = [model, overlap, len(members)]
+        for split in splits:
+            values = [run["results"][split]["accuracy"] for run in members if split in run["results"]]
+            spread = f" +- {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+            row.append(f"{statistics.mean(values):.3f}{spread}" if values else "")
+        summary.append(row)
+    return text + "\n\nMean over seeds (+- their standard deviation):\n\n" + markdown_table(
+        summary, ["model", "overlap", "seeds", *splits]
+    )  # fmt: skip
+
+
+def plot_sweep(runs: list[dict], path: str) -> bool:
+    """The headline split against the shared functions, a line per (model, shared symbols) through the seeds' mean,
+    each seed a point, iid_test dashed; False (nothing drawn) where no model has two overlaps or more."""
+    lines: dict[tuple, dict[int, list[tuple[float, float]]]] = {}
+    for run in runs:
+        cell = run["cell"]
+        split = headline_split(cell["task_variant"])
+        if split not in run["results"]:
+            continue
+        key = (cell["model"], cell["symbol_overlap"])
+        lines.setdefault(key, {}).setdefault(cell["function_overlap"], []).append(
+            (run["results"][split]["accuracy"], run["results"]["iid_test"]["accuracy"])
+        )
+    # the no-overlap runs (K = 0) belong to every line of their model: the sweep's left end
+    for (model, symbols), points in lines.items():
+        if symbols is not None and (model, None) in lines and 0 in lines[(model, None)]:
+            points.setdefault(0, lines[(model, None)][0])
+    drawn = {key: points for key, points in lines.items() if len(points) > 1}
+    if not drawn:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    for index, ((model, symbols), points) in enumerate(sorted(drawn.items(), key=lambda item: str(item[0]))):
+        color = f"C{index}"
+        xs = sorted(points)
+        label = f"{model}, {'8 (all)' if symbols is None else symbols} shared symbols"
+        axes.plot(xs, [statistics.mean(a for a, _ in points[x]) for x in xs], "-o", color=color, label=label)
+        axes.plot(xs, [statistics.mean(i for _, i in points[x]) for x in xs], "--", color=color, alpha=0.6)
+        for x in xs:
+            axes.scatter([x] * len(points[x]), [a for a, _ in points[x]], color=color, s=12, alpha=0.5)
+    task_variant = runs[0]["cell"]["task_variant"]
+    axes.set_xlabel("functions shared by the groups (the overlap group)")
+    axes.set_ylabel(f"{headline_split(task_variant)} accuracy (dashed: iid_test)")
+    axes.set_ylim(0, 1.02)
+    axes.axhline(1 / 8, color="grey", linewidth=0.8, linestyle=":")
+    axes.set_title(f"CTL++ {task_variant}: never-seen orders against the groups' overlap", fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
+
+
+def write_outputs(args, runs: list[dict], extra: list[str]) -> None:
+    text = "\n".join([
+        f"# CTL++ {args.task_variant}: {len(runs)} runs", "",
+        f"Written {datetime.date.today().isoformat()}; each run `train.py --preset {PRESET} --task_variant "
+        f"{args.task_variant} ... --max_steps {args.max_steps} {' '.join(extra)}`, its last checkpoint as its export "
+        "loads it.", "", tables(runs), "",
+    ])  # fmt: skip
+    with open(os.path.join(args.output_dir, "comparison.md"), "w") as f:
+        f.write(text)
+    sweep = os.path.join(args.output_dir, "sweep.png")
+    drawn = plot_sweep(runs, sweep)
+    if args.results_dir:
+        os.makedirs(args.results_dir, exist_ok=True)
+        base = os.path.join(args.results_dir, f"compare_ctlpp_{args.task_variant}")
+        data = [{**run["cell"], "steps": args.max_steps, "seconds": round(run["seconds"] or 0, 1),
+                 "command": run["command"], "results": run["results"]} for run in runs]  # fmt: skip
+        with open(base + ".json", "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        if drawn:
+            shutil.copyfile(sweep, base + "_sweep.png")
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task_variant", default="parallel_branch", choices=CTLPP_VARIANTS)
+    parser.add_argument("--models", default="ndr", help="comma-separated variants (configuration/variants/)")
+    parser.add_argument("--overlaps", default="0", help="comma-separated K or KxS (shared functions x symbols)")
+    parser.add_argument("--seeds", default="42", help="comma-separated training seeds (the task seed stays 0)")
+    parser.add_argument("--max_steps", type=int, default=10000, help="every run's budget (batch 2 x 64)")
+    parser.add_argument("--output_dir", default=os.path.join("outputs", "compare_ctlpp"))
+    parser.add_argument("--results_dir", help="also write compare_ctlpp_<variant>.json (and _sweep.png) here")
+    parser.add_argument("--nproc", type=int, default=2, help="training processes per run (gloo on the CPU)")
+    parser.add_argument("--minutes", type=float, help="the time box of this call (the running run stops with a "
+                        "checkpoint; the next call resumes it)")  # fmt: skip
+    args = parser.parse_args(argv)
+    try:
+        grid = cells(args)
+    except UsageError as error:
+        raise SystemExit(f"compare_ctlpp.py: {error}") from None
+    deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
+    runs = []
+    for cell in grid:
+        command, env = launch(train_flags(args, cell) + extra, args.nproc)
+        run = train_once(run_name(cell), os.path.join(args.output_dir, run_name(cell)), command, env, deadline,
+                         RECORD, TAG)  # fmt: skip
+        if run is None:
+            if runs:
+                write_outputs(args, runs, extra)
+            raise SystemExit(EXIT_STOPPED)
+        runs.append({"cell": cell, **run})
+        write_outputs(args, runs, extra)
+    print("\n" + tables(runs))
+    print(f"[{TAG}] wrote {args.output_dir}/comparison.md" + (f" and compare_ctlpp_{args.task_variant}.* in "
+          f"{args.results_dir}" if args.results_dir else ""))  # fmt: skip
+    return runs
+
+
+if __name__ == "__main__":
+    main()
