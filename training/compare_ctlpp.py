@@ -12,7 +12,7 @@ Each run is `train.py --preset ctlpp_cpu --task_variant V [--function_overlap K 
 `OUTPUT_DIR/M_V[_foK[_soS]]_seedN/`; an overlap `K` shares K functions between the stage-2 groups (all 8 symbols on
 both routes), `KxS` K functions on S shared symbols each (the authors' sweep: K in 4, 8, 12, 16 and S in 2-6), `0`
 none. The NDR's models (geometric attention) evaluate with the preset's evaluation steps; softmax-attention
-baselines with the steps they train with, as the paper's. Everything after `--` goes to every run unchanged.
+baselines and ACT models with the steps they train with, as the official code evaluates them. Everything after `--` goes to every run unchanged.
 
 A run finished with the same command is not trained again; one stopped by `--minutes` (the call's time box) or a
 signal resumes from its checkpoint at the next call (the call stopped ends with exit 75 saying so; `compare_runs.
@@ -101,7 +101,8 @@ def train_flags(args, cell: dict) -> list[str]:
             flags += ["--symbol_overlap", str(cell["symbol_overlap"])]
     if cell["model"] != "ndr":
         flags += ["--variant", cell["model"]]
-        if read_variant(cell["model"], "ctlpp", PRESET).get("attention_type") == "softmax":
+        variant = read_variant(cell["model"], "ctlpp", PRESET)
+        if variant.get("attention_type") == "softmax" or variant.get("halting") == "act":
             flags += ["--eval_num_hidden_layers", str(read_preset(PRESET)["num_hidden_layers"])]
     flags += ["--seed", str(cell["seed"]), "--max_steps", str(args.max_steps),
               "--output_dir", os.path.join(args.output_dir, run_name(cell)), "--disable_tqdm", "true"]  # fmt: skip

@@ -44,7 +44,7 @@ def test_the_overlap_sweep_trains_each_cell_once_and_plots_the_never_seen_orders
     assert capsys.readouterr().out.count("not trained again") == 2, "finished runs are reused"
 
 
-def test_baselines_with_softmax_attention_evaluate_with_the_steps_they_train_with(tmp_path):
+def test_softmax_baselines_and_act_evaluate_with_the_steps_they_train_with(tmp_path):
     compare = script()
     args = compare.argparse.Namespace(max_steps=100, output_dir=str(tmp_path))
     cell = {"model": "rel_gate", "task_variant": "parallel_branch", "function_overlap": 0, "symbol_overlap": None,
@@ -53,6 +53,8 @@ def test_baselines_with_softmax_attention_evaluate_with_the_steps_they_train_wit
     assert flags[flags.index("--variant") + 1] == "rel_gate"
     assert flags[flags.index("--eval_num_hidden_layers") + 1] == "8", "the preset's training steps"
     flags = compare.train_flags(args, {**cell, "model": "ndr_act"})
+    assert flags[flags.index("--eval_num_hidden_layers") + 1] == "8", "ACT halts within its training steps"
+    flags = compare.train_flags(args, {**cell, "model": "ndr_metric"})
     assert "--eval_num_hidden_layers" not in flags, "geometric attention evaluates with the preset's 10 steps"
     assert compare.headline_split("alternate") == "test_self_loop"
     assert compare.headline_split("parallel_branch_2stage") == "test_group_alternate"
