@@ -39,9 +39,10 @@ the time left when it starts, cut to `DATA_WAIT_SHARE` of the time left once the
 stopped (SIGTERM to its process group, SIGKILL after a grace period) and a failed or stopped step does not stop the
 next. After every step the results are packed into OUT (`pack`), because the machines this runs on may hand back
 only at most 8 files of at most 16 MiB (64 MiB in all): `session.json` (each step's status, time and limit; the
-environment; what was packed), `session.tar.gz` (logs, test report, benchmark JSON) and `release-ndr-<task>.tar`
-with the released folder and its `last-checkpoint/` (split into `.part-NNN` files of 16 MiB where larger, as
-`file_parts` keeps files: `cat release-*.tar.part-* | tar -x`).
+environment; what was packed; for the release, the chunk's speed and when in the window it began to train:
+`training_began_s`, `training_began_share`), `session.tar.gz` (logs, test report, benchmark JSON) and
+`release-ndr-<task>.tar` with the released folder and its `last-checkpoint/` (split into `.part-NNN` files of 16 MiB
+where larger, as `file_parts` keeps files: `cat release-*.tar.part-* | tar -x`).
 
 `--dry_run` (`make gpu-session NO_CUDA=1`) hides CUDA and runs the same steps, sized for the CPU: the CUDA tests of
 `tests/unit/test_gpu.py` (they skip), the benchmarks at tiny sizes, and a release continued for at most 0.2 minutes (a
@@ -73,6 +74,7 @@ from gpu_session_plan import (  # noqa: F401  (TARGETS, pack, furthest_release: 
     release_copy,
     release_options,
     release_preset,
+    training_began,
     wheel_distribution,
 )
 
@@ -327,6 +329,10 @@ def run_session(args, fakes: dict[str, Callable[[list[str]], list[str]]] | None 
             step.note.update(prepared_data(os.path.join(work, "data"), args.datasets_cache))
         if step.name == "release" and step.note.get("folder"):  # the chunk it trained: samples/s, time per step
             step.note["speed"] = chunk_speed(step.note["folder"])
+        if step.name == "release":  # when, in the window, it began to train (after the data, deferrals and set-up)
+            began = training_began(started.log_path, budget.wall_started)
+            step.note["training_began_s"] = began
+            step.note["training_began_share"] = None if began is None else round(began / budget.seconds, 3)
         return result
 
     def keep(step: Step, result: dict) -> None:

@@ -6,6 +6,7 @@ as `gpu_session.py`.
 
 import argparse
 import dataclasses
+import datetime
 import importlib.metadata
 import json
 import os
@@ -82,6 +83,7 @@ class Budget:
 
     seconds: float
     started: float = dataclasses.field(default_factory=time.monotonic)
+    wall_started: float = dataclasses.field(default_factory=time.time)  # (to read the logs' time stamps against)
 
     @property
     def reserve(self) -> float:
@@ -100,6 +102,27 @@ class Budget:
         all that is left, and the time a step leaves unused goes to the steps after it."""
         left = self.left()
         return max(0.0, min(max(left * share / shares_left, MIN_LIMIT_SECONDS), left))
+
+
+# the line train.py logs as its training begins, before its first step (ndr_training.preemption), with its time stamp
+TRAINING_BEGINS = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO ndr_training\.preemption: chunk \d+ of this run"
+)
+
+
+def training_began(log_path: str, wall_started: float) -> float | None:
+    """Seconds from `wall_started` (`time.time()` at the session's start) to the first training step of the run that
+    wrote `log_path` (the time stamp of the line train.py logs as its training begins, in this machine's local time
+    as logging writes it), None where none began."""
+    try:
+        with open(log_path, errors="replace") as f:
+            for line in f:
+                if found := TRAINING_BEGINS.match(line):
+                    stamp = datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f")
+                    return round(stamp.timestamp() - wall_started, 1)
+    except OSError:
+        return None
+    return None
 
 
 def chunk_speed(release_dir: str) -> dict | None:

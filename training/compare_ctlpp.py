@@ -9,10 +9,11 @@ plot.
 
 Each run is `train.py --preset ctlpp_cpu --task_variant V [--function_overlap K [--symbol_overlap S]] [--variant M]
 --seed N --max_steps STEPS` (two CPU processes by default, as `make demo`) into
-`OUTPUT_DIR/M_V[_foK[_soS]]_seedN/`; an overlap `K` shares K functions between the stage-2 groups (all 8 symbols on
-both routes), `KxS` K functions on S shared symbols each (the authors' sweep: K in 4, 8, 12, 16 and S in 2-6), `0`
-none. The NDR's models (geometric attention) evaluate with the preset's evaluation steps; softmax-attention
-baselines and ACT models with the steps they train with, as the official code evaluates them. Everything after `--` goes to every run unchanged.
+`OUTPUT_DIR/M_V[_foK[_soS]]_seedN/`. An overlap `K` makes K functions a group that both routes lead into (in the
+2-stage variant: after `a1` and after `b1`), on all 8 symbols; `KxS` on S shared symbols each (the authors' sweep: K
+in 4, 8, 12, 16 and S in 2-6); `0` none. The NDR's models (geometric attention) evaluate with the preset's evaluation
+steps; softmax-attention baselines and ACT models with the steps they train with, as the official code evaluates them.
+Everything after `--` goes to every run unchanged.
 
 A run finished with the same command is not trained again; one stopped by `--minutes` (the call's time box) or a
 signal resumes from its checkpoint at the next call (the call stopped ends with exit 75 saying so; `compare_runs.

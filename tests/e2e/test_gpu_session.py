@@ -3,6 +3,7 @@ step does, how it packs what it keeps into at most 8 files of at most 16 MiB, an
 (the same steps at tiny sizes, a tiny preset in place of the GPU one, temporary folders in place of hub_cards/models/).
 """
 
+import datetime
 import json
 import os
 import subprocess
@@ -205,6 +206,11 @@ def test_make_gpu_session_dry_run_runs_every_step_into_at_most_8_files(dry_run):
         f"what the chunk trained, and how fast, comes back in session.json: {speed}"
     )
     assert record["within_budget"] and record["seconds"] <= 480
+    began = steps["release"]["training_began_share"]
+    assert began is not None and began <= 0.25, (
+        f"the release trains from the window's first quarter: began {steps['release']['training_began_s']} s into "
+        f"{record['minutes']} minutes, after {[name for name in names if names.index(name) < names.index('release')]}"
+    )
     files = sorted(out.iterdir())
     assert len(files) <= 8 and max(f.stat().st_size for f in files) <= 16 * MIB, files
     kept = tar_members(out, "session.tar.gz")
@@ -228,6 +234,21 @@ def test_the_release_reads_the_data_that_the_data_step_prepared_and_makes_none(d
     assert f"0 of the {len(prepared)} files it is read from were written now" in release_log, (
         f"the release's train.py made no data of its own: {release_log[-3000:]}"
     )
+
+
+def test_when_the_release_began_to_train_is_read_from_its_log_against_the_window_s_start(tmp_path):
+    log = tmp_path / "release.log"
+    log.write_text(
+        "2026-12-06 10:00:05,000 INFO ndr.train: kernel ready after 0.1 s; training\n"
+        "noise 2026-12-06 10:00:06,000 INFO ndr_training.preemption: chunk 9 of this run\n"
+        "2026-12-06 10:01:30,250 INFO ndr_training.preemption: chunk 3 of this run from step 700: stops with a ...\n"
+        "2026-12-06 10:02:00,000 INFO ndr_training.preemption: chunk 4 of this run from step 900: later\n"
+    )  # fmt: skip
+    started = datetime.datetime(2026, 12, 6, 10, 0, 0).timestamp()
+    assert plan.training_began(str(log), started) == 90.2, "the first line that begins training, from the start"
+    log.write_text("2026-12-06 10:00:05,000 INFO ndr.train: preparing the data\n")
+    assert plan.training_began(str(log), started) is None, "a release stopped before it trained"
+    assert plan.training_began(str(tmp_path / "none.log"), started) is None
 
 
 def session_args(tmp_path: Path, steps: list[str], **overrides) -> types.SimpleNamespace:
