@@ -132,8 +132,8 @@ def plot_representation_similarity(model, tokenizer, world, direction: str = "ba
 
     Returns:
         `(figure, summary)`: `summary` holds `within_group` and `between_groups`, the mean cosine similarity of two
-        functions' states for the same symbol (over symbols; the groups without the overlap group), and `accuracy`,
-        the group accuracies.
+        functions' states for the same symbol (over symbols; the groups without the overlap group), `groups`, the
+        same for each pair of groups (`"a1~b1"`; `"a1~a1"`: within one), and `accuracy`, the group accuracies.
     """
     import matplotlib.pyplot as plt
 
@@ -153,6 +153,14 @@ def plot_representation_similarity(model, tokenizer, world, direction: str = "ba
     accuracy = ctlpp_group_accuracy(model, tokenizer, world, direction)
     summary = {"within_group": similarity[:, same].mean().item(), "between_groups": similarity[:, apart].mean().item(),
                "accuracy": {f"{a}->{b}": value for (a, b), value in sorted(accuracy.items())}}  # fmt: skip
+    # each pair of groups on its own (the 2-stage variant's question is a1 against b1: what stage 2 reads)
+    summary["groups"] = {}
+    for i, a in enumerate(names):
+        for b in names[i:]:
+            pair = torch.tensor([[x == a and y == b for y in groups] for x in groups]) & ~torch.eye(
+                len(order), dtype=bool
+            )
+            summary["groups"][f"{a}~{b}"] = similarity[:, pair].mean().item()
 
     figure = plt.figure(figsize=(15, 6.4), layout="constrained")
     grid = figure.add_gridspec(2, 5)
