@@ -154,12 +154,10 @@ def plot_representation_similarity(model, tokenizer, world, direction: str = "ba
     summary = {"within_group": similarity[:, same].mean().item(), "between_groups": similarity[:, apart].mean().item(),
                "accuracy": {f"{a}->{b}": value for (a, b), value in sorted(accuracy.items())}}  # fmt: skip
     # each pair of groups on its own (the 2-stage variant's question is a1 against b1: what stage 2 reads)
-    summary["groups"] = {}
+    summary["groups"], off_diagonal = {}, ~torch.eye(len(order), dtype=torch.bool)
     for i, a in enumerate(names):
         for b in names[i:]:
-            pair = torch.tensor([[x == a and y == b for y in groups] for x in groups]) & ~torch.eye(
-                len(order), dtype=bool
-            )
+            pair = torch.tensor([[x == a and y == b for y in groups] for x in groups]) & off_diagonal
             summary["groups"][f"{a}~{b}"] = similarity[:, pair].mean().item()
 
     figure = plt.figure(figsize=(15, 6.4), layout="constrained")
