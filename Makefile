@@ -111,7 +111,7 @@ compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same 
 # CTL++ runs on one budget (docs/results/ctlpp.md): CTLPP_MODELS x OVERLAPS (K or KxS: functions shared by the
 # 2-stage variant's groups x symbols) x SEEDS on CTLPP_VARIANT, each `train.py --preset ctlpp_cpu` for CTLPP_STEPS;
 # for MINUTES (the running run stops with a checkpoint, the next call resumes it); writes
-# docs/results/compare_ctlpp_<variant>.json (and _sweep.png where a model has two overlaps or more)
+# docs/results/compare_ctlpp_<variant>.json (and _sweep.png, the overlap grid, where a run has an overlap group)
 CTLPP_VARIANT ?= parallel_branch
 CTLPP_MODELS ?= ndr
 OVERLAPS ?= 0

@@ -21,10 +21,11 @@ train_once`): a sweep longer than one sitting is run by calling the same command
 checkpoint: each run reports its last one, evaluated with the steps its export runs.
 
 Written into OUTPUT_DIR after every run: `comparison.md` (a row per run: each split's accuracy, the training minutes;
-then mean +- std over seeds of each cell) and, where a model has two overlaps or more, `sweep.png` (the headline split
-of never-seen orders, `test_group_alternate`, against the shared functions, a line per number of shared symbols, each
-seed a point; `iid_test` dashed). With `--results_dir DIR` also `DIR/compare_ctlpp_<variant>.json` (every run: its
-cell, command, seconds and per-split accuracy by depth) and `DIR/compare_ctlpp_<variant>_sweep.png`.
+then mean +- std over seeds of each cell) and, where a model has runs with an overlap group, `sweep.png` (a grid per
+model: shared functions across, shared symbols down, each cell the mean accuracy on the split of never-seen orders,
+`test_group_alternate`, with its seeds and `iid_test`; the cells not run blank). With `--results_dir DIR` also
+`DIR/compare_ctlpp_<variant>.json` (every run: its cell, command, seconds and per-split accuracy by depth) and
+`DIR/compare_ctlpp_<variant>_sweep.png`.
 """
 
 import argparse
@@ -154,47 +155,52 @@ def tables(runs: list[dict]) -> str:
 
 
 def plot_sweep(runs: list[dict], path: str) -> bool:
-    """The headline split against the shared functions, a line per (model, shared symbols) through the seeds' mean,
-    each seed a point, iid_test dashed; False (nothing drawn) where no model has two overlaps or more."""
-    lines: dict[tuple, dict[int, list[tuple[float, float]]]] = {}
+    """The overlap sweep as a grid per model, as the authors draw it: shared functions across, shared symbols per
+    function down (8: all), each cell the headline split's accuracy (the mean over its seeds; below it the number of
+    seeds, n, and iid_test's mean), the cells not run left blank; the runs without an overlap group in the title. False
+    (nothing drawn) where no model has a run with an overlap group."""
+    cells: dict[str, dict[tuple, list[tuple[float, float]]]] = {}
     for run in runs:
         cell = run["cell"]
         split = headline_split(cell["task_variant"])
-        if split not in run["results"]:
-            continue
-        key = (cell["model"], cell["symbol_overlap"])
-        lines.setdefault(key, {}).setdefault(cell["function_overlap"], []).append(
-            (run["results"][split]["accuracy"], run["results"]["iid_test"]["accuracy"])
-        )
-    # the no-overlap runs (K = 0) belong to every line of their model: the sweep's left end
-    for (model, symbols), points in lines.items():
-        if symbols is not None and (model, None) in lines and 0 in lines[(model, None)]:
-            points.setdefault(0, lines[(model, None)][0])
-    drawn = {key: points for key, points in lines.items() if len(points) > 1}
-    if not drawn:
+        if split in run["results"]:
+            key = (cell["function_overlap"], cell["symbol_overlap"] or 8)
+            cells.setdefault(cell["model"], {}).setdefault(key, []).append(
+                (run["results"][split]["accuracy"], run["results"]["iid_test"]["accuracy"])
+            )
+    models = [model for model, found in cells.items() if any(functions for functions, _ in found)]
+    if not models:
         return False
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    for index, ((model, symbols), points) in enumerate(sorted(drawn.items(), key=lambda item: str(item[0]))):
-        color = f"C{index}"
-        xs = sorted(points)
-        label = f"{model}, {'8 (all)' if symbols is None else symbols} shared symbols"
-        axes.plot(xs, [statistics.mean(a for a, _ in points[x]) for x in xs], "-o", color=color, label=label)
-        axes.plot(xs, [statistics.mean(i for _, i in points[x]) for x in xs], "--", color=color, alpha=0.6)
-        for x in xs:
-            axes.scatter([x] * len(points[x]), [a for a, _ in points[x]], color=color, s=12, alpha=0.5)
+    functions = sorted({k for model in models for k, _ in cells[model] if k} | {4, 8, 12, 16})
+    symbols = sorted({s for model in models for k, s in cells[model] if k} | {2, 4, 6, 8})
+    figure, axes = plt.subplots(1, len(models), figsize=(max(6.4, 4.2 * len(models) + 1.2), 4.4),
+                                layout="constrained", squeeze=False)  # fmt: skip
     task_variant = runs[0]["cell"]["task_variant"]
-    axes.set_xlabel("functions shared by the groups (the overlap group)")
-    axes.set_ylabel(f"{headline_split(task_variant)} accuracy (dashed: iid_test)")
-    axes.set_ylim(0, 1.02)
-    axes.axhline(1 / 8, color="grey", linewidth=0.8, linestyle=":")
-    axes.set_title(f"CTL++ {task_variant}: never-seen orders against the groups' overlap", fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
+    for axis, model in zip(axes[0], models):
+        grid = [[float("nan")] * len(functions) for _ in symbols]
+        for (k, s), values in cells[model].items():
+            if k:
+                mean = statistics.mean(a for a, _ in values)
+                grid[symbols.index(s)][functions.index(k)] = mean
+                iid = statistics.mean(i for _, i in values)
+                text = f"{mean:.2f}\nn={len(values)}, iid {iid:.2f}"
+                axis.text(functions.index(k), symbols.index(s), text, ha="center", va="center", fontsize=6.5,
+                          color="white" if mean < 0.6 else "black")  # fmt: skip
+        image = axis.imshow(grid, vmin=0, vmax=1, cmap="viridis", origin="lower", aspect="auto")
+        axis.set_xticks(range(len(functions)), functions)
+        axis.set_yticks(range(len(symbols)), [f"{s} (all)" if s == 8 else s for s in symbols])
+        axis.set_xlabel("functions shared by the groups")
+        axis.set_ylabel("symbols shared per function")
+        none = cells[model].get((0, 8))
+        title = f"{model}" + (f"; no overlap: {statistics.mean(a for a, _ in none):.2f}" if none else "")
+        axis.set_title(title, fontsize=9)
+    figure.colorbar(image, ax=list(axes[0]), shrink=0.8, label=f"{headline_split(task_variant)} accuracy")
+    figure.suptitle(f"CTL++ {task_variant}: never-seen orders by overlap (chance 0.125)", fontsize=10)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return True
