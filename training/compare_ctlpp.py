@@ -20,12 +20,12 @@ signal resumes from its checkpoint at the next call (the call stopped ends with 
 train_once`): a sweep longer than one sitting is run by calling the same command again. No CTL++ split selects a
 checkpoint: each run reports its last one, evaluated with the steps its export runs.
 
-Written into OUTPUT_DIR after every run: `comparison.md` (a row per run: each split's accuracy, the training minutes;
-then mean +- std over seeds of each cell) and, where a model has runs with an overlap group, `sweep.png` (a grid per
-model: shared functions across, shared symbols down, each cell the mean accuracy on the split of never-seen orders,
-`test_group_alternate`, with its seeds and `iid_test`; the cells not run blank). With `--results_dir DIR` also
-`DIR/compare_ctlpp_<variant>.json` (every run: its cell, command, seconds and per-split accuracy by depth) and
-`DIR/compare_ctlpp_<variant>_sweep.png`.
+Written into OUTPUT_DIR after every run: `comparison.md` (a row per run: each split's accuracy, the training minutes
+as train.py counts them over all of a run's chunks; then mean +- std over seeds of each cell) and, where a model has
+runs with an overlap group, `sweep.png` (a grid per model: shared functions across, shared symbols down, each cell
+the mean accuracy on the split of never-seen orders, `test_group_alternate`, with its seeds and `iid_test`; the cells
+not run blank). With `--results_dir DIR` also `DIR/compare_ctlpp_<variant>.json` (every run: its cell, command,
+seconds and per-split accuracy by depth) and `DIR/compare_ctlpp_<variant>_sweep.png`.
 """
 
 import argparse
@@ -42,6 +42,7 @@ from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import ctlpp_split_names
 from modeling_ndr.tasks.ctlpp import CTLPP_VARIANTS, check_ctlpp_options
 from modeling_ndr.training import UsageError, read_preset, read_variant
+from modeling_ndr.training.errors import read_json
 from ndr_training import EXIT_STOPPED
 
 
@@ -259,7 +260,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             if runs:
                 write_outputs(args, runs, extra)
             raise SystemExit(EXIT_STOPPED)
-        runs.append({"cell": cell, **run})
+        # the run's own training seconds over all its chunks (train.py's record), where it has them
+        training = (read_json(os.path.join(args.output_dir, run_name(cell), "run_config.json")) or {}).get("training")
+        runs.append({"cell": cell, **run, "seconds": (training or {}).get("seconds") or run["seconds"]})
         write_outputs(args, runs, extra)
     print("\n" + tables(runs))
     print(f"[{TAG}] wrote {args.output_dir}/comparison.md" + (f" and compare_ctlpp_{args.task_variant}.* in "
