@@ -138,9 +138,15 @@ def run_until_stopped(command: list[str], env: dict, directory: str, append: boo
 
 
 def script_flags(command: list[str]) -> list[str]:
-    """The flags `command` gives `train.py` (what follows the script; all of it where there is no `train.py`)."""
+    """What makes a `train.py` command the same run: the number of processes it launches (`--num_processes` of the
+    launcher; 1 without one: the global batch depends on it) and the flags it gives `train.py` (what follows the
+    script), not the launcher's or interpreter's path or the checkout's. A command without `train.py` is all of it."""
     scripts = [index for index, part in enumerate(command) if os.path.basename(part) == "train.py"]
-    return command[scripts[0] + 1 :] if scripts else command
+    if not scripts:
+        return command
+    launcher = command[: scripts[0]]
+    processes = launcher[launcher.index("--num_processes") + 1] if "--num_processes" in launcher[:-1] else "1"
+    return [f"processes={processes}", *command[scripts[0] + 1 :]]
 
 
 def train_once(
@@ -151,10 +157,11 @@ def train_once(
     checkpoint, and `deadline` (a `time.monotonic()` value) becomes its `--max_wall_minutes`. `directory/record_name`
     records the command, the training seconds and whether it finished. Returns `{"results", "seconds", "command"}`, or
     None where the run stopped with a checkpoint (the caller exits 75; the same command resumes it); a failure raises
-    SystemExit naming its log. "The same command" is the same `train.py` flags (`script_flags`): a run started from
-    another checkout, interpreter or launcher is resumed. `name` and `tag` are what the progress lines say."""
+    SystemExit naming its log. "The same command" is the same `train.py` flags and number of processes
+    (`script_flags`): a run started from another checkout or interpreter is resumed. `name` and `tag` are what the
+    progress lines say."""
     record = read_json(os.path.join(directory, record_name)) or {}
-    # the same run: the same train.py flags (the interpreter, the launcher and the checkout's path may differ)
+    # the same run: the same train.py flags and processes (the interpreter's and the checkout's paths may differ)
     same = bool(record.get("command")) and script_flags(record["command"]) == script_flags(command)
     results = read_json(os.path.join(directory, "eval_results.json"))
     if same and results and record.get("finished"):

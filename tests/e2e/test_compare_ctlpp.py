@@ -60,11 +60,13 @@ def test_softmax_baselines_and_act_evaluate_with_the_steps_they_train_with(tmp_p
     assert compare.headline_split("parallel_branch_2stage") == "test_group_alternate"
 
 
-def test_a_run_started_from_another_checkout_or_launcher_is_the_same_run():
+def test_a_run_started_from_another_checkout_is_the_same_run_and_one_of_other_processes_is_not():
     compare_runs = load_script("training/compare_runs.py", "ndr_compare_runs")
-    here = ["accelerate", "launch", "--num_processes", "2", "/work/a/training/train.py", "--seed", "1"]
-    there = ["/usr/bin/python3", "/tmp/b/training/train.py", "--seed", "1"]
-    assert compare_runs.script_flags(here) == compare_runs.script_flags(there) == ["--seed", "1"]
+    here = ["/a/bin/accelerate", "launch", "--num_processes", "2", "/work/a/training/train.py", "--seed", "1"]
+    there = ["/b/bin/accelerate", "launch", "--num_processes", "2", "/tmp/b/training/train.py", "--seed", "1"]
+    assert compare_runs.script_flags(here) == compare_runs.script_flags(there) == ["processes=2", "--seed", "1"]
+    alone = ["/usr/bin/python3", "/tmp/b/training/train.py", "--seed", "1"]
+    assert compare_runs.script_flags(alone) != compare_runs.script_flags(here), "another global batch: another run"
     assert compare_runs.script_flags(["python", "other.py", "--seed", "1"]) == ["python", "other.py", "--seed", "1"]
 
 
