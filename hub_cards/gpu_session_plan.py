@@ -83,7 +83,6 @@ class Budget:
 
     seconds: float
     started: float = dataclasses.field(default_factory=time.monotonic)
-    wall_started: float = dataclasses.field(default_factory=time.time)  # (to read the logs' time stamps against)
 
     @property
     def reserve(self) -> float:
@@ -91,6 +90,11 @@ class Budget:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    @property
+    def wall_started(self) -> float:
+        """The start as `time.time()` (what the logs' time stamps are read against)."""
+        return time.time() - self.elapsed()
 
     def left(self) -> float:
         """Seconds the steps may still use."""
@@ -111,9 +115,9 @@ TRAINING_BEGINS = re.compile(
 
 
 def training_began(log_path: str, wall_started: float) -> float | None:
-    """Seconds from `wall_started` (`time.time()` at the session's start) to the first training step of the run that
-    wrote `log_path` (the time stamp of the line train.py logs as its training begins, in this machine's local time
-    as logging writes it), None where none began."""
+    """Seconds from `wall_started` (`time.time()` at the session's start) to the moment the run that wrote `log_path`
+    began training, just before its first step: the time stamp of the line train.py's time box logs then (a release
+    always has one), in this machine's local time as logging writes it. None where none began."""
     try:
         with open(log_path, errors="replace") as f:
             for line in f:

@@ -133,7 +133,8 @@ def plot_representation_similarity(model, tokenizer, world, direction: str = "ba
     Returns:
         `(figure, summary)`: `summary` holds `within_group` and `between_groups`, the mean cosine similarity of two
         functions' states for the same symbol (over symbols; the groups without the overlap group), `groups`, the
-        same for each pair of groups (`"a1~b1"`; `"a1~a1"`: within one), and `accuracy`, the group accuracies.
+        same for each pair of groups (`"a1~b1"`; `"a1~a1"`: within one; None for a group of one function with
+        itself), and `accuracy`, the group accuracies.
     """
     import matplotlib.pyplot as plt
 
@@ -158,7 +159,7 @@ def plot_representation_similarity(model, tokenizer, world, direction: str = "ba
     for i, a in enumerate(names):
         for b in names[i:]:
             pair = torch.tensor([[x == a and y == b for y in groups] for x in groups]) & off_diagonal
-            summary["groups"][f"{a}~{b}"] = similarity[:, pair].mean().item()
+            summary["groups"][f"{a}~{b}"] = similarity[:, pair].mean().item() if pair.any() else None  # (1 function)
 
     figure = plt.figure(figsize=(15, 6.4), layout="constrained")
     grid = figure.add_gridspec(2, 5)

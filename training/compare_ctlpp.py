@@ -8,12 +8,12 @@ plot.
     make compare-ctlpp CTLPP_VARIANT=parallel_branch_2stage OVERLAPS=0,4x2,16x6 MINUTES=120
 
 Each run is `train.py --preset ctlpp_cpu --task_variant V [--function_overlap K [--symbol_overlap S]] [--variant M]
---seed N --max_steps STEPS` (two CPU processes by default, as `make demo`) into
-`OUTPUT_DIR/M_V[_foK[_soS]]_seedN/`. An overlap `K` makes K functions a group that both routes lead into (in the
-2-stage variant: after `a1` and after `b1`), on all 8 symbols; `KxS` on S shared symbols each (the authors' sweep: K
-in 4, 8, 12, 16 and S in 2-6); `0` none. The NDR's models (geometric attention) evaluate with the preset's evaluation
-steps; softmax-attention baselines and ACT models with the steps they train with, as the official code evaluates them.
-Everything after `--` goes to every run unchanged.
+--seed N --max_steps STEPS` (two CPU processes by default, as `make demo`) into `OUTPUT_DIR/M_V[_foK[_soS]]_seedN/`. An
+overlap `K` makes K functions a group that both routes lead into (in the 2-stage variant: after `a1` and after `b1`),
+on all 8 symbols (`Kx8` is `K`); `KxS` on S shared symbols each (the authors' sweep: K in 4, 8, 12, 16 and S in 2-6);
+`0` none. The NDR's models (geometric attention) evaluate with the preset's evaluation steps; softmax-attention
+baselines and ACT models with the steps they train with, as the official code evaluates them. Everything after `--`
+goes to every run unchanged.
 
 A run finished with the same command is not trained again; one stopped by `--minutes` (the call's time box) or a
 signal resumes from its checkpoint at the next call (the call stopped ends with exit 75 saying so; `compare_runs.
@@ -24,29 +24,31 @@ Written into OUTPUT_DIR after every run: `comparison.md` (a row per run: each sp
 as train.py counts them over all of a run's chunks; then mean +- std over seeds of each cell) and, where a model has
 runs with an overlap group, `sweep.png` (a grid per model: shared functions across, shared symbols down, each cell
 the mean accuracy on the split of never-seen orders, `test_group_alternate`, with its seeds and `iid_test`; the cells
-not run blank). With `--results_dir DIR` also `DIR/compare_ctlpp_<variant>.json` (every run: its cell, command,
-seconds and per-split accuracy by depth) and `DIR/compare_ctlpp_<variant>_sweep.png`.
+not run blank). With `--results_dir DIR` also `DIR/compare_ctlpp_<variant>.json` (every run: its cell, steps,
+command, seconds and per-split accuracy by depth; the runs recorded there before and not run by this call are kept)
+and `DIR/compare_ctlpp_<variant>_sweep.png`, drawn from all of them.
 """
 
 import argparse
 import datetime
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
 
 from compare_runs import launch, train_once
+from modeling_ndr import NDRConfig
 from modeling_ndr.tables import markdown_table
 from modeling_ndr.tasks import ctlpp_split_names
-from modeling_ndr.tasks.ctlpp import CTLPP_VARIANTS, check_ctlpp_options
-from modeling_ndr.training import UsageError, read_preset, read_variant
+from modeling_ndr.tasks.ctlpp import CTLPP_SYMBOLS, CTLPP_VARIANTS, check_ctlpp_options
+from modeling_ndr.training import UsageError, read_variant
 from modeling_ndr.training.errors import read_json
-from ndr_training import EXIT_STOPPED
+from ndr_training import EXIT_STOPPED, config_values, flags_on_command_line, parse_arguments
 
 
 RECORD = "compare_ctlpp_run.json"
+CELL_KEYS = ("model", "task_variant", "function_overlap", "symbol_overlap", "seed")
 PRESET = "ctlpp_cpu"
 TAG = "compare_ctlpp"
 
@@ -60,13 +62,13 @@ def parse_overlap(text: str) -> tuple[int, int | None]:
         raise UsageError(f"--overlaps: {text!r} is not K or KxS (shared functions x symbols), e.g. 4x2") from None
     if cell[0] == 0 and cell[1] is not None:
         raise UsageError(f"--overlaps: {text!r} shares symbols of no function; write 0")
-    return cell
+    return (cell[0], None) if cell[1] == len(CTLPP_SYMBOLS) else cell  # (all 8 symbols: the default, `K`)
 
 
 def cells(args) -> list[dict]:
     """Every run the grid asks for, in training order: seed by seed (a first seed of every cell comes before a
     second), within a seed model by model, overlap by overlap."""
-    overlaps = [parse_overlap(item) for item in args.overlaps.split(",") if item.strip()] or [(0, None)]
+    overlaps = unique(parse_overlap(item) for item in args.overlaps.split(",") if item.strip()) or [(0, None)]
     if args.task_variant == "alternate" and overlaps != [(0, None)]:
         raise UsageError("--overlaps: alternate has no overlap group (the parallel_branch variants have)")
     for functions, symbols in overlaps:
@@ -74,19 +76,32 @@ def cells(args) -> list[dict]:
             check_ctlpp_options(args.task_variant, functions, symbols)
         except ValueError as error:
             raise UsageError(f"--overlaps: {error}") from None
-    models = [model.strip() for model in args.models.split(",") if model.strip()]
+    models = unique(model.strip() for model in args.models.split(",") if model.strip())
+    if not models:
+        raise UsageError("--models: name at least one variant (e.g. ndr)")
     for model in models:
         try:
             read_variant(model, "ctlpp", PRESET)
         except UsageError as error:  # (it names the variants there are)
             raise UsageError(f"--models: {str(error).removeprefix('--variant ')}") from None
-    seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+    try:
+        seeds = unique(int(seed) for seed in args.seeds.split(",") if seed.strip())
+    except ValueError:
+        raise UsageError(f"--seeds: {args.seeds!r} is not a comma-separated list of integers") from None
+    if not seeds:
+        raise UsageError("--seeds: give at least one training seed (e.g. 42)")
     return [{"model": model, "task_variant": args.task_variant, "function_overlap": functions,
              "symbol_overlap": symbols, "seed": seed}
             for seed in seeds for model in models for functions, symbols in overlaps]  # fmt: skip
 
 
+def unique(items) -> list:
+    """`items` in order, each once (a cell named twice is one run)."""
+    return list(dict.fromkeys(items))
+
+
 def run_name(cell: dict) -> str:
+    """The run's folder name (a cell of the grid, or a row of the results' JSON, which holds the cell's fields)."""
     name = f"{cell['model']}_{cell['task_variant']}"
     if cell["task_variant"] != "alternate":
         name += f"_fo{cell['function_overlap']}"
@@ -95,8 +110,10 @@ def run_name(cell: dict) -> str:
     return f"{name}_seed{cell['seed']}"
 
 
-def train_flags(args, cell: dict) -> list[str]:
-    """The `train.py` flags of one run (the shared flags after `--` come last and win)."""
+def train_flags(args, cell: dict, extra: list[str]) -> list[str]:
+    """The `train.py` flags of one run, the shared flags after `--` last (they win). A softmax-attention baseline or
+    an ACT model also gets `--eval_num_hidden_layers` = the steps it trains with, as `train.py` resolves them
+    (preset, variant recipe, flags), unless the shared flags set it."""
     flags = ["--preset", PRESET, "--task_variant", cell["task_variant"]]
     if cell["task_variant"] != "alternate":
         flags += ["--function_overlap", str(cell["function_overlap"])]
@@ -104,12 +121,21 @@ def train_flags(args, cell: dict) -> list[str]:
             flags += ["--symbol_overlap", str(cell["symbol_overlap"])]
     if cell["model"] != "ndr":
         flags += ["--variant", cell["model"]]
-        variant = read_variant(cell["model"], "ctlpp", PRESET)
-        if variant.get("attention_type") == "softmax" or variant.get("halting") == "act":
-            flags += ["--eval_num_hidden_layers", str(read_preset(PRESET)["num_hidden_layers"])]
     flags += ["--seed", str(cell["seed"]), "--max_steps", str(args.max_steps),
               "--output_dir", os.path.join(args.output_dir, run_name(cell)), "--disable_tqdm", "true"]  # fmt: skip
-    return flags
+    config = resolved_config(flags + extra)
+    if (config.attention_type == "softmax" or config.halting == "act") and "eval_num_hidden_layers" not in (
+        flags_on_command_line(extra)
+    ):
+        flags += ["--eval_num_hidden_layers", str(config.num_hidden_layers)]
+    return flags + extra
+
+
+def resolved_config(flags: list[str]):
+    """The `NDRConfig` a `train.py` command line trains (preset < variant recipe < flags, as `train.py` builds it)."""
+    _, model_args, run_args, _, _ = parse_arguments(flags)
+    variant = read_variant(run_args.variant, "ctlpp", run_args.preset)
+    return NDRConfig(**config_values(model_args, variant, flags_on_command_line(flags)))
 
 
 def headline_split(task_variant: str) -> str:
@@ -216,18 +242,28 @@ def write_outputs(args, runs: list[dict], extra: list[str]) -> None:
     ])  # fmt: skip
     with open(os.path.join(args.output_dir, "comparison.md"), "w") as f:
         f.write(text)
-    sweep = os.path.join(args.output_dir, "sweep.png")
-    drawn = plot_sweep(runs, sweep)
+    draw(runs, os.path.join(args.output_dir, "sweep.png"))
     if args.results_dir:
         os.makedirs(args.results_dir, exist_ok=True)
         base = os.path.join(args.results_dir, f"compare_ctlpp_{args.task_variant}")
-        data = [{**run["cell"], "steps": args.max_steps, "seconds": round(run["seconds"] or 0, 1),
-                 "command": run["command"], "results": run["results"]} for run in runs]  # fmt: skip
+        # the runs recorded there before and not run by this call are kept (a call with a smaller grid, or one
+        # stopped by its time box, adds to the record instead of replacing it); a run of this call replaces its own
+        rows = {run_name(row): row for row in read_json(base + ".json") or []}
+        for run in runs:
+            seconds = round(run["seconds"] or 0, 1)
+            rows[run_name(run["cell"])] = {**run["cell"], "steps": run["steps"], "seconds": seconds,
+                                           "command": run["command"], "results": run["results"]}  # fmt: skip
         with open(base + ".json", "w") as f:
-            json.dump(data, f, indent=2)
+            json.dump(list(rows.values()), f, indent=2)
             f.write("\n")
-        if drawn:
-            shutil.copyfile(sweep, base + "_sweep.png")
+        recorded = [{"cell": {key: row[key] for key in CELL_KEYS}, "results": row["results"]} for row in rows.values()]
+        draw(recorded, base + "_sweep.png")
+
+
+def draw(runs: list[dict], path: str) -> None:
+    """`plot_sweep` into `path`, or no file there where it draws nothing (an earlier call's figure is removed)."""
+    if not plot_sweep(runs, path) and os.path.isfile(path):
+        os.remove(path)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -239,7 +275,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--models", default="ndr", help="comma-separated variants (configuration/variants/)")
     parser.add_argument("--overlaps", default="0", help="comma-separated K or KxS (shared functions x symbols)")
     parser.add_argument("--seeds", default="42", help="comma-separated training seeds (the task seed stays 0)")
-    parser.add_argument("--max_steps", type=int, default=10000, help="every run's budget (batch 2 x 64)")
+    parser.add_argument("--max_steps", type=int, default=10000,
+                        help="every run's budget in optimizer steps (of 64 samples per process)")  # fmt: skip
     parser.add_argument("--output_dir", default=os.path.join("outputs", "compare_ctlpp"))
     parser.add_argument("--results_dir", help="also write compare_ctlpp_<variant>.json (and _sweep.png) here")
     parser.add_argument("--nproc", type=int, default=2, help="training processes per run (gloo on the CPU)")
@@ -253,16 +290,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     runs = []
     for cell in grid:
-        command, env = launch(train_flags(args, cell) + extra, args.nproc)
+        command, env = launch(train_flags(args, cell, extra), args.nproc)
         run = train_once(run_name(cell), os.path.join(args.output_dir, run_name(cell)), command, env, deadline,
                          RECORD, TAG)  # fmt: skip
         if run is None:
             if runs:
                 write_outputs(args, runs, extra)
             raise SystemExit(EXIT_STOPPED)
-        # the run's own training seconds over all its chunks (train.py's record), where it has them
+        # the steps it trained and its own training seconds over all its chunks (train.py's record), where it has them
         training = (read_json(os.path.join(args.output_dir, run_name(cell), "run_config.json")) or {}).get("training")
-        runs.append({"cell": cell, **run, "seconds": (training or {}).get("seconds") or run["seconds"]})
+        training = training or {}
+        runs.append({"cell": cell, **run, "seconds": training.get("seconds") or run["seconds"],
+                     "steps": training.get("steps", args.max_steps)})  # fmt: skip
         write_outputs(args, runs, extra)
     print("\n" + tables(runs))
     print(f"[{TAG}] wrote {args.output_dir}/comparison.md" + (f" and compare_ctlpp_{args.task_variant}.* in "

@@ -162,7 +162,7 @@ def train_once(
     progress lines say."""
     record = read_json(os.path.join(directory, record_name)) or {}
     # the same run: the same train.py flags and processes (the interpreter's and the checkout's paths may differ)
-    same = bool(record.get("command")) and script_flags(record["command"]) == script_flags(command)
+    same = bool(record.get("command")) and script_flags(record["command"]) == script_flags(command[1:])
     results = read_json(os.path.join(directory, "eval_results.json"))
     if same and results and record.get("finished"):
         print(f"[{tag}] {name}: finished with this command, not trained again", flush=True)

@@ -8,11 +8,12 @@ evaluation split (length) and a plot of accuracy against length.
 
 Everything after `--` goes to every variant's `train.py` unchanged (the budget: steps, batch, learning rate, size), so
 the variants differ only in what `configuration/variants/NAME.yaml` sets. A variant already finished with the same
-command is not trained again; one stopped by `--minutes` (its time box, `train.py --max_wall_minutes`) or a signal
-resumes from its checkpoint at the next call, and the comparison ends with exit 75 saying so. Written into
-OUTPUT_DIR (default `outputs/compare_tokens_<task>`) after every variant: `comparison.md`, `comparison.png`; with
-`--results_dir DIR` also `DIR/compare_tokens_<task>.json` (`{variant: {split: {"accuracy", "character_accuracy",
-"length"}}}` with each variant's command and training seconds) and `.png`.
+`train.py` flags and processes is not trained again (from any checkout: `compare_runs.train_once`); one stopped by
+`--minutes` (its time box, `train.py --max_wall_minutes`) or a signal resumes from its checkpoint at the next call, and
+the comparison ends with exit 75 saying so. Written into OUTPUT_DIR (default `outputs/compare_tokens_<task>`) after
+every variant: `comparison.md`, `comparison.png`; with `--results_dir DIR` also `DIR/compare_tokens_<task>.json`
+(`{variant: {split: {"accuracy", "character_accuracy", "length"}}}` with each variant's command and training seconds)
+and `.png`.
 """
 
 import argparse

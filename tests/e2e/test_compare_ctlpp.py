@@ -49,13 +49,20 @@ def test_softmax_baselines_and_act_evaluate_with_the_steps_they_train_with(tmp_p
     args = compare.argparse.Namespace(max_steps=100, output_dir=str(tmp_path))
     cell = {"model": "rel_gate", "task_variant": "parallel_branch", "function_overlap": 0, "symbol_overlap": None,
             "seed": 1}  # fmt: skip
-    flags = compare.train_flags(args, cell)
+
+    def eval_steps(flags: list[str]) -> str | None:
+        """The `--eval_num_hidden_layers` train.py reads (its last), None without one."""
+        given = [flags[i + 1] for i, flag in enumerate(flags) if flag == "--eval_num_hidden_layers"]
+        return given[-1] if given else None
+
+    flags = compare.train_flags(args, cell, [])
     assert flags[flags.index("--variant") + 1] == "rel_gate"
-    assert flags[flags.index("--eval_num_hidden_layers") + 1] == "8", "the preset's training steps"
-    flags = compare.train_flags(args, {**cell, "model": "ndr_act"})
-    assert flags[flags.index("--eval_num_hidden_layers") + 1] == "8", "ACT halts within its training steps"
-    flags = compare.train_flags(args, {**cell, "model": "ndr_metric"})
-    assert "--eval_num_hidden_layers" not in flags, "geometric attention evaluates with the preset's 10 steps"
+    assert eval_steps(flags) == "8", "the preset's training steps"
+    assert eval_steps(compare.train_flags(args, cell, ["--num_hidden_layers", "12"])) == "12", "the steps it trains"
+    assert eval_steps(compare.train_flags(args, cell, ["--eval_num_hidden_layers", "9"])) == "9", "the user's flag"
+    assert eval_steps(compare.train_flags(args, {**cell, "model": "ndr_act"}, [])) == "8", "ACT halts within them"
+    flags = compare.train_flags(args, {**cell, "model": "ndr_metric"}, [])
+    assert eval_steps(flags) is None, "geometric attention evaluates with the preset's 10 steps"
     assert compare.headline_split("alternate") == "test_self_loop"
     assert compare.headline_split("parallel_branch_2stage") == "test_group_alternate"
 
@@ -70,6 +77,38 @@ def test_a_run_started_from_another_checkout_is_the_same_run_and_one_of_other_pr
     assert compare_runs.script_flags(["python", "other.py", "--seed", "1"]) == ["python", "other.py", "--seed", "1"]
 
 
+def test_a_cell_named_twice_or_with_all_8_symbols_spelled_out_is_one_run():
+    args = script().argparse.Namespace(task_variant="parallel_branch_2stage", models="ndr,ndr", overlaps="4,4x8,0,0",
+                                       seeds="42,42")  # fmt: skip
+    grid = script().cells(args)
+    assert [(c["function_overlap"], c["symbol_overlap"], c["seed"]) for c in grid] == [(4, None, 42), (0, None, 42)]
+
+
+def test_the_results_keep_the_runs_an_earlier_call_recorded_and_drop_a_figure_with_nothing_to_draw(tmp_path):
+    compare = script()
+    runs_dir, results = tmp_path / "runs", tmp_path / "results"
+    runs_dir.mkdir()
+
+    def run(functions, symbols, accuracy):
+        cell = {"model": "ndr", "task_variant": "parallel_branch_2stage", "function_overlap": functions,
+                "symbol_overlap": symbols, "seed": 42}  # fmt: skip
+        scores = {"iid_test": {"accuracy": 1.0}, "test_group_alternate": {"accuracy": accuracy}}
+        return {"cell": cell, "results": scores, "seconds": 60.0, "steps": 100, "command": ["launch", "train.py"]}
+
+    args = compare.argparse.Namespace(task_variant="parallel_branch_2stage", output_dir=str(runs_dir),
+                                      results_dir=str(results), max_steps=100)  # fmt: skip
+    compare.write_outputs(args, [run(0, None, 0.1), run(4, 2, 0.3)], [])
+    assert (runs_dir / "sweep.png").is_file()
+    compare.write_outputs(args, [run(0, None, 0.2)], [])  # a later call with a smaller grid
+    rows = json.loads((results / "compare_ctlpp_parallel_branch_2stage.json").read_text())
+    assert [(row["function_overlap"], row["results"]["test_group_alternate"]["accuracy"]) for row in rows] == [
+        (0, 0.2),
+        (4, 0.3),
+    ], "the run of this call replaces its own row; the earlier call's other run is kept"
+    assert (results / "compare_ctlpp_parallel_branch_2stage_sweep.png").is_file(), "drawn from all recorded runs"
+    assert not (runs_dir / "sweep.png").exists(), "this call's runs have no overlap group: its old figure is gone"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -78,6 +117,8 @@ def test_a_run_started_from_another_checkout_is_the_same_run_and_one_of_other_pr
         (["--task_variant", "alternate", "--overlaps", "4"], "alternate has no overlap group"),
         (["--task_variant", "parallel_branch_2stage", "--overlaps", "20"], "function_overlap must be an int from 0"),
         (["--models", "ndr,nope"], "--models: 'nope' not found; available variants"),
+        (["--models", ","], "--models: name at least one variant"),
+        (["--seeds", "4a"], "--seeds: '4a' is not a comma-separated list of integers"),
     ],
 )
 def test_a_bad_grid_is_refused_before_anything_trains(tmp_path, argv, message):

@@ -261,6 +261,7 @@ def session_args(tmp_path: Path, steps: list[str], **overrides) -> types.SimpleN
 
 def test_each_step_gets_its_share_of_the_time_left_and_the_last_step_all_of_it():
     budget = session.Budget(600, started=time.monotonic() - 100)  # 100 s spent, 30 s kept for packing: 470 s left
+    assert budget.wall_started == pytest.approx(time.time() - 100, abs=1), "the logs are read against the start"
     assert budget.limit(0.3, 0.6) == pytest.approx(235, abs=1), "tests, then attention and training_step: half"
     assert budget.limit(0.2, 0.2) == pytest.approx(470, abs=1), "the last step gets all that is left"
     assert budget.limit(0.01, 1.0) == pytest.approx(plan.MIN_LIMIT_SECONDS), "at least a minute"

@@ -110,6 +110,9 @@ def test_the_ctlpp_representation_study_tells_one_representation_from_one_per_gr
     _, summary = plot_representation_similarity(_OracleCtlpp(tokenizer, world, by_group=True), tokenizer, world)
     assert summary["within_group"] == pytest.approx(1.0) and summary["between_groups"] == pytest.approx(0.0)
     assert summary["groups"] == {"a~a": pytest.approx(1.0), "a~b": pytest.approx(0.0), "b~b": pytest.approx(1.0)}
+    one = ctlpp_world(2, "parallel_branch", 1)  # an overlap group of one function: no pair within it
+    _, summary = plot_representation_similarity(_OracleCtlpp(tokenizer, one, by_group=False), tokenizer, one)
+    assert summary["groups"]["o~o"] is None and summary["groups"]["a~o"] == pytest.approx(1.0)
 
 
 def test_ctlpp_group_accuracy_counts_every_pair_of_functions_by_their_groups():
