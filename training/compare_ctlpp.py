@@ -121,14 +121,14 @@ def train_flags(args, cell: dict, extra: list[str]) -> list[str]:
             flags += ["--symbol_overlap", str(cell["symbol_overlap"])]
     if cell["model"] != "ndr":
         flags += ["--variant", cell["model"]]
-    flags += ["--seed", str(cell["seed"]), "--max_steps", str(args.max_steps),
-              "--output_dir", os.path.join(args.output_dir, run_name(cell)), "--disable_tqdm", "true"]  # fmt: skip
-    config = resolved_config(flags + extra)
+    tail = ["--seed", str(cell["seed"]), "--max_steps", str(args.max_steps),
+            "--output_dir", os.path.join(args.output_dir, run_name(cell)), "--disable_tqdm", "true"]  # fmt: skip
+    config = resolved_config(flags + tail + extra)
     if (config.attention_type == "softmax" or config.halting == "act") and "eval_num_hidden_layers" not in (
         flags_on_command_line(extra)
     ):
         flags += ["--eval_num_hidden_layers", str(config.num_hidden_layers)]
-    return flags + extra
+    return flags + tail + extra
 
 
 def resolved_config(flags: list[str]):
