@@ -15,10 +15,12 @@ on all 8 symbols (`Kx8` is `K`); `KxS` on S shared symbols each (the authors' sw
 baselines and ACT models with the steps they train with, as the official code evaluates them. Everything after `--`
 goes to every run unchanged.
 
-A run finished with the same command is not trained again; one stopped by `--minutes` (the call's time box) or a
-signal resumes from its checkpoint at the next call (the call stopped ends with exit 75 saying so; `compare_runs.
-train_once`): a sweep longer than one sitting is run by calling the same command again. No CTL++ split selects a
-checkpoint: each run reports its last one, evaluated with the steps its export runs.
+A run finished with the same command is not trained again; one stopped by `--minutes` (the call's time box) or a signal
+resumes from its checkpoint at the next call (the call stopped ends with exit 75 saying so; `compare_runs.train_once`):
+a sweep longer than one sitting is run by calling the same command again. "The same command" is the same `train.py`
+flags and processes: after editing the preset or a variant's file, remove the runs it changes (or give another
+`--output_dir`), or they are reused. No CTL++ split selects a checkpoint: each run reports its last one, evaluated with
+the steps its export runs.
 
 Written into OUTPUT_DIR after every run: `comparison.md` (a row per run: each split's accuracy, the training minutes
 as train.py counts them over all of a run's chunks; then mean +- std over seeds of each cell) and, where a model has
