@@ -33,6 +33,7 @@ and `DIR/compare_ctlpp_<variant>_sweep.png`, drawn from all of them.
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -140,6 +141,7 @@ def resolved_config(flags: list[str]):
     return NDRConfig(**config_values(model_args, variant, flags_on_command_line(flags)))
 
 
+@functools.cache  # (a world is built to name the splits; the plot asks once per run)
 def headline_split(task_variant: str) -> str:
     """The split of never-seen orders a variant is reported by (the first after iid_test, as train.py's headline)."""
     return ctlpp_split_names(task_variant)[2]
