@@ -111,7 +111,8 @@ compare-tokens: $(STAMP) ## the variants on a token task (TASK=carry), the same 
 # CTL++ runs on one budget (docs/results/ctlpp.md): CTLPP_MODELS x OVERLAPS (K or KxS: functions shared by the
 # 2-stage variant's groups x symbols) x SEEDS on CTLPP_VARIANT, each `train.py --preset ctlpp_cpu` for CTLPP_STEPS;
 # for MINUTES (the running run stops with a checkpoint, the next call resumes it); writes
-# docs/results/compare_ctlpp_<variant>.json (and _sweep.png, the overlap grid, where a run has an overlap group)
+# docs/results/compare_ctlpp_<variant>.json (and _sweep.png, the overlap grid, where a run has an overlap group);
+# CTLPP_ARGS go to every run's train.py and CTLPP_LABEL names that setting (its runs beside the plain ones)
 CTLPP_VARIANT ?= parallel_branch
 CTLPP_MODELS ?= ndr
 OVERLAPS ?= 0
@@ -120,7 +121,8 @@ CTLPP_STEPS ?= 10000
 compare-ctlpp: $(STAMP) ## CTL++: models x overlaps x seeds on one budget, the overlap sweep's plot, for MINUTES
 	OMP_NUM_THREADS=1 $(BIN)/python training/compare_ctlpp.py --task_variant $(CTLPP_VARIANT) --models $(CTLPP_MODELS) \
 	    --overlaps $(OVERLAPS) --seeds $(SEEDS) --max_steps $(CTLPP_STEPS) --results_dir docs/results \
-	    $(if $(MINUTES),--minutes $(MINUTES))
+	    $(if $(MINUTES),--minutes $(MINUTES)) $(if $(CTLPP_LABEL),--label $(CTLPP_LABEL)) \
+	    $(if $(CTLPP_ARGS),-- $(CTLPP_ARGS))
 
 # what CI runs (.ci/run): the linter, then the test suite, in TEST_WORKERS processes (pytest-xdist; a test file runs
 # whole in one of them, its fixtures shared as when run alone); TEST_WORKERS=0 runs it in this process

@@ -13,7 +13,9 @@ overlap `K` makes K functions a group that both routes lead into (in the 2-stage
 on all 8 symbols (`Kx8` is `K`); `KxS` on S shared symbols each (the authors' sweep: K in 4, 8, 12, 16 and S in 2-6);
 `0` none. The NDR's models (geometric attention) evaluate with the preset's evaluation steps; softmax-attention
 baselines and ACT models with the steps they train with, as the official code evaluates them. Everything after `--`
-goes to every run unchanged.
+goes to every run unchanged; `--label NAME` names the setting those flags make (`--label official_init --
+--config_overrides init_style=official`), so that its runs (`..._seedN_NAME/`, `ndr [NAME]` in the tables, the plot and
+the results JSON) stand beside the runs without them instead of replacing them.
 
 A run finished with the same command is not trained again; one stopped by `--minutes` (the call's time box) or a signal
 resumes from its checkpoint at the next call (the call stopped ends with exit 75 saying so; `compare_runs.train_once`):
@@ -36,6 +38,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -51,7 +54,7 @@ from ndr_training import EXIT_STOPPED, config_values, flags_on_command_line, par
 
 
 RECORD = "compare_ctlpp_run.json"
-CELL_KEYS = ("model", "task_variant", "function_overlap", "symbol_overlap", "seed")
+CELL_KEYS = ("model", "task_variant", "function_overlap", "symbol_overlap", "seed", "label")
 PRESET = "ctlpp_cpu"
 TAG = "compare_ctlpp"
 
@@ -93,8 +96,11 @@ def cells(args) -> list[dict]:
         raise UsageError(f"--seeds: {args.seeds!r} is not a comma-separated list of integers") from None
     if not seeds:
         raise UsageError("--seeds: give at least one training seed (e.g. 42)")
+    label = args.label
+    if label is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.]*", label):
+        raise UsageError(f"--label: {label!r} is not a name of letters, digits, '_' and '.' (e.g. official_init)")
     return [{"model": model, "task_variant": args.task_variant, "function_overlap": functions,
-             "symbol_overlap": symbols, "seed": seed}
+             "symbol_overlap": symbols, "seed": seed, "label": label}
             for seed in seeds for model in models for functions, symbols in overlaps]  # fmt: skip
 
 
@@ -104,13 +110,19 @@ def unique(items) -> list:
 
 
 def run_name(cell: dict) -> str:
-    """The run's folder name (a cell of the grid, or a row of the results' JSON, which holds the cell's fields)."""
+    """The run's folder name (a cell of the grid, or a row of the results' JSON, which holds the cell's fields), a
+    labelled setting's ending in `_LABEL`."""
     name = f"{cell['model']}_{cell['task_variant']}"
     if cell["task_variant"] != "alternate":
         name += f"_fo{cell['function_overlap']}"
         if cell["symbol_overlap"] is not None:
             name += f"_so{cell['symbol_overlap']}"
-    return f"{name}_seed{cell['seed']}"
+    return f"{name}_seed{cell['seed']}" + (f"_{cell['label']}" if cell.get("label") else "")
+
+
+def model_label(cell: dict) -> str:
+    """The model as the tables and the plot name it: `ndr`, or `ndr [official_init]` for a labelled setting."""
+    return cell["model"] + (f" [{cell['label']}]" if cell.get("label") else "")
 
 
 def train_flags(args, cell: dict, extra: list[str]) -> list[str]:
@@ -165,13 +177,13 @@ def splits_of(runs: list[dict]) -> list[str]:
 def tables(runs: list[dict]) -> str:
     """A row per run, then one per cell with mean +- std over its seeds (std: sample, where two seeds or more)."""
     splits = splits_of(runs)
-    rows = [[run["cell"]["model"], overlap_label(run["cell"]), run["cell"]["seed"],
+    rows = [[model_label(run["cell"]), overlap_label(run["cell"]), run["cell"]["seed"],
              *(f"{run['results'][split]['accuracy']:.3f}" if split in run["results"] else "" for split in splits),
              f"{(run['seconds'] or 0) / 60:.1f}"] for run in runs]  # fmt: skip
     text = markdown_table(rows, ["model", "overlap", "seed", *splits, "minutes"])
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
-        groups.setdefault((run["cell"]["model"], overlap_label(run["cell"])), []).append(run)
+        groups.setdefault((model_label(run["cell"]), overlap_label(run["cell"])), []).append(run)
     summary = []
     for (model, overlap), members in groups.items():
         row = [model, overlap, len(members)]
@@ -196,7 +208,7 @@ def plot_sweep(runs: list[dict], path: str) -> bool:
         split = headline_split(cell["task_variant"])
         if split in run["results"]:
             key = (cell["function_overlap"], cell["symbol_overlap"] or 8)
-            cells.setdefault(cell["model"], {}).setdefault(key, []).append(
+            cells.setdefault(model_label(cell), {}).setdefault(key, []).append(
                 (run["results"][split]["accuracy"], run["results"]["iid_test"]["accuracy"])
             )
     models = [model for model, found in cells.items() if any(functions for functions, _ in found)]
@@ -255,12 +267,14 @@ def write_outputs(args, runs: list[dict], extra: list[str]) -> None:
         rows = {run_name(row): row for row in read_json(base + ".json") or []}
         for run in runs:
             seconds = round(run["seconds"] or 0, 1)
-            rows[run_name(run["cell"])] = {**run["cell"], "steps": run["steps"], "seconds": seconds,
+            cell = {key: value for key, value in run["cell"].items() if value is not None or key != "label"}
+            rows[run_name(run["cell"])] = {**cell, "steps": run["steps"], "seconds": seconds,
                                            "command": run["command"], "results": run["results"]}  # fmt: skip
         with open(base + ".json", "w") as f:
             json.dump(list(rows.values()), f, indent=2)
             f.write("\n")
-        recorded = [{"cell": {key: row[key] for key in CELL_KEYS}, "results": row["results"]} for row in rows.values()]
+        recorded = [{"cell": {key: row.get(key) for key in CELL_KEYS}, "results": row["results"]}
+                    for row in rows.values()]  # fmt: skip
         draw(recorded, base + "_sweep.png")
 
 
@@ -283,11 +297,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="every run's budget in optimizer steps (of 64 samples per process)")  # fmt: skip
     parser.add_argument("--output_dir", default=os.path.join("outputs", "compare_ctlpp"))
     parser.add_argument("--results_dir", help="also write compare_ctlpp_<variant>.json (and _sweep.png) here")
+    parser.add_argument("--label", help="names the setting the flags after -- make (e.g. official_init): its runs "
+                        "are `..._seedN_LABEL` and `model [LABEL]` in the tables, the plot and the results, beside "
+                        "the runs without those flags")  # fmt: skip
     parser.add_argument("--nproc", type=int, default=2, help="training processes per run (gloo on the CPU)")
     parser.add_argument("--minutes", type=float, help="the time box of this call (the running run stops with a "
                         "checkpoint; the next call resumes it)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
+        if args.label is not None and not extra:
+            raise UsageError(f"--label {args.label}: names the setting of the flags after --, and none are given")
         grid = cells(args)
     except UsageError as error:
         raise SystemExit(f"compare_ctlpp.py: {error}") from None

@@ -79,7 +79,7 @@ def test_a_run_started_from_another_checkout_is_the_same_run_and_one_of_other_pr
 
 def test_a_cell_named_twice_or_with_all_8_symbols_spelled_out_is_one_run():
     args = script().argparse.Namespace(task_variant="parallel_branch_2stage", models="ndr,ndr", overlaps="4,4x8,0,0",
-                                       seeds="42,42")  # fmt: skip
+                                       seeds="42,42", label=None)  # fmt: skip
     grid = script().cells(args)
     assert [(c["function_overlap"], c["symbol_overlap"], c["seed"]) for c in grid] == [(4, None, 42), (0, None, 42)]
 
@@ -109,6 +109,33 @@ def test_the_results_keep_the_runs_an_earlier_call_recorded_and_drop_a_figure_wi
     assert not (runs_dir / "sweep.png").exists(), "this call's runs have no overlap group: its old figure is gone"
 
 
+def test_a_labelled_setting_s_runs_stand_beside_the_plain_runs_of_the_same_cells(tmp_path):
+    compare = script()
+    runs_dir, results = tmp_path / "runs", tmp_path / "results"
+    runs_dir.mkdir()
+    args = compare.argparse.Namespace(task_variant="parallel_branch", output_dir=str(runs_dir),
+                                      results_dir=str(results), max_steps=100)  # fmt: skip
+    plain = {"model": "ndr", "task_variant": "parallel_branch", "function_overlap": 0, "symbol_overlap": None,
+             "seed": 42, "label": None}  # fmt: skip
+    official = {**plain, "label": "official_init"}
+    flags = compare.train_flags(args, official, ["--config_overrides", "init_style=official"])
+    assert flags[flags.index("--output_dir") + 1].endswith("ndr_parallel_branch_fo0_seed42_official_init")
+
+    def run(cell, accuracy):
+        scores = {"iid_test": {"accuracy": 1.0}, "test_group_alternate": {"accuracy": accuracy}}
+        return {"cell": cell, "results": scores, "seconds": 60.0, "steps": 100, "command": ["launch", "train.py"]}
+
+    compare.write_outputs(args, [run(plain, 0.8)], [])
+    compare.write_outputs(args, [run(official, 0.9)], ["--config_overrides", "init_style=official"])
+    rows = json.loads((results / "compare_ctlpp_parallel_branch.json").read_text())
+    assert [(row.get("label"), row["results"]["test_group_alternate"]["accuracy"]) for row in rows] == [
+        (None, 0.8),
+        ("official_init", 0.9),
+    ], "the labelled run is a row of its own; the plain run's row keeps no label field"
+    assert "label" not in rows[0]
+    assert "| ndr [official_init] | 0 | 42 |" in (runs_dir / "comparison.md").read_text()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -119,6 +146,8 @@ def test_the_results_keep_the_runs_an_earlier_call_recorded_and_drop_a_figure_wi
         (["--models", "ndr,nope"], "--models: 'nope' not found; available variants"),
         (["--models", ","], "--models: name at least one variant"),
         (["--seeds", "4a"], "--seeds: '4a' is not a comma-separated list of integers"),
+        (["--label", "official_init"], "names the setting of the flags after --, and none are given"),
+        (["--label", "my init", "--", "--seed", "1"], "--label: 'my init' is not a name of letters"),
     ],
 )
 def test_a_bad_grid_is_refused_before_anything_trains(tmp_path, argv, message):
@@ -129,9 +158,12 @@ def test_a_bad_grid_is_refused_before_anything_trains(tmp_path, argv, message):
 
 
 def test_make_compare_ctlpp_passes_the_grid():
-    given = ["CTLPP_VARIANT=parallel_branch_2stage", "OVERLAPS=0,4x2", "SEEDS=42,1", "MINUTES=30"]
+    given = ["CTLPP_VARIANT=parallel_branch_2stage", "OVERLAPS=0,4x2", "SEEDS=42,1", "MINUTES=30",
+             "CTLPP_LABEL=official_init", "CTLPP_ARGS=--config_overrides init_style=official"]  # fmt: skip
     dry_run = subprocess.run(["make", "-n", "compare-ctlpp", *given], cwd=REPO, capture_output=True, text=True)
     assert dry_run.returncode == 0, dry_run.stderr
+    command = " ".join(dry_run.stdout.replace("\\\n", " ").split())  # (the recipe's lines joined)
     for part in ("--task_variant parallel_branch_2stage", "--overlaps 0,4x2", "--seeds 42,1", "--minutes 30",
-                 "--results_dir docs/results"):  # fmt: skip
-        assert part in dry_run.stdout, dry_run.stdout
+                 "--results_dir docs/results", "--label official_init",
+                 "--label official_init -- --config_overrides init_style=official"):  # fmt: skip
+        assert part in command, command
