@@ -267,7 +267,7 @@ def write_outputs(args, runs: list[dict], extra: list[str]) -> None:
         rows = {run_name(row): row for row in read_json(base + ".json") or []}
         for run in runs:
             seconds = round(run["seconds"] or 0, 1)
-            cell = {key: value for key, value in run["cell"].items() if value is not None or key != "label"}
+            cell = {key: value for key, value in run["cell"].items() if key != "label" or value is not None}
             rows[run_name(run["cell"])] = {**cell, "steps": run["steps"], "seconds": seconds,
                                            "command": run["command"], "results": run["results"]}  # fmt: skip
         with open(base + ".json", "w") as f:
