@@ -5,6 +5,8 @@
     python hub_cards/make_model_repos.py --push --org ORG [--names ndr-ctl-forward]   # upload (needs a network)
     python hub_cards/make_model_repos.py --stage DIR     # what --push uploads, written to DIR instead
     python hub_cards/make_model_repos.py --refresh       # re-render built releases' cards (no run in outputs/)
+    python hub_cards/make_model_repos.py --names ndr-ctl-backward --other_seeds outputs/seeds/seed1 ...  # its card
+                                                         # says what its recipe gave with other training seeds
     python hub_cards/make_model_repos.py --continue arithmetic --minutes 150   # keep training a release (this CPU)
     python hub_cards/make_model_repos.py --gpu listops --minutes 25          # the paper-size model on this GPU
     python hub_cards/make_model_repos.py --cooldown arithmetic --steps 4000  # a decayed branch of the line, released
@@ -40,7 +42,7 @@ import torch
 from line_records import BRANCH_CHECKPOINT, CURVE_FILE, LAST_CHECKPOINT, STATE_FOLDERS, read_line, total_batch
 from modeling_ndr.training import export_model, read_preset
 from modeling_ndr.training.atomic import atomic_folder, clean_leftovers
-from modeling_ndr.training.errors import UsageError, exit_on_usage_error
+from modeling_ndr.training.errors import UsageError, exit_on_usage_error, read_json
 from release_check import CHECK_SAMPLES, release_checker
 from release_cooldown import cooldown_release
 from release_line import continue_release, release_lock
@@ -382,22 +384,28 @@ def _copy_release(name: str, run: str, org: str, models_dir: str | None = None, 
     # a continuation of the release waits for no one: one of them is refused (release_lock)
     with release_lock(target), atomic_folder(target) as new:
         size = _released_files(name, run, new, org, max_bytes)
-        for entry in LINE_FILES:
-            if os.path.isdir(kept := os.path.join(target, entry)):
-                shutil.copytree(kept, os.path.join(new, entry))
-            elif os.path.isfile(kept):
-                shutil.copy2(kept, new)
+        _keep_line(target, new)
     print(f"[release] {name}: {target} ({size / 2**20:.2f} MB)")
     return target
 
 
-def _released_files(name, source, target, org, max_bytes, eval_results=None, run_config=None) -> int:
+def _keep_line(release: str, new: str) -> None:
+    """Copy the line's state (and an unfinished cooldown branch's) and its curve from `release` into `new`."""
+    for entry in LINE_FILES:
+        if os.path.isdir(kept := os.path.join(release, entry)):
+            shutil.copytree(kept, os.path.join(new, entry))
+        elif os.path.isfile(kept):
+            shutil.copy2(kept, new)
+
+
+def _released_files(name, source, target, org, max_bytes, eval_results=None, run_config=None, study=True) -> int:
     """Export `source` (a run or a checkpoint) with the card of `org/name` and copy the released files into `target`;
-    returns their size (a `SystemExit` over `max_bytes`)."""
+    returns their size (a `SystemExit` over `max_bytes`). `study=False`: the export study (the adaptive-steps choice)
+    is not run again, the model's config and the results and record of `source` are kept."""
     from adaptive_study import export_study  # a module of the training scripts (release_line puts them on sys.path)
 
     with tempfile.TemporaryDirectory() as staging:
-        export_model(source, staging, eval_results, run_config, f"{org}/{name}", study=export_study)
+        export_model(source, staging, eval_results, run_config, f"{org}/{name}", study=export_study if study else None)
         for file in RELEASED_FILES:
             if os.path.isfile(os.path.join(staging, file)):
                 shutil.copy2(os.path.join(staging, file), target)
@@ -406,6 +414,58 @@ def _released_files(name, source, target, org, max_bytes, eval_results=None, run
     if size > max_bytes:
         raise SystemExit(f"[release] {name}: {size / 2**20:.1f} MB is over the {max_bytes / 2**20:.0f} MB budget")
     return size
+
+
+# what a run of another seed must share with the release to count as its recipe (keys both run records hold)
+RECIPE_FIELDS = ("preset", "preset_values", "task", "model", "variant", "config_values")
+RUN_ONLY_FIELDS = {"output_dir", "precision"}  # where a run wrote, and the precision asked for (recorded per run)
+
+
+def record_other_seeds(name: str, runs: list[str], org: str = DEFAULT_ORG, models_dir: str | None = None) -> list:
+    """Record in release `name`'s `run_config.json` what other training seeds of its recipe gave, and re-render its
+    card with them (the weights and results unchanged). `runs` are `train.py` output folders (their `export/`, as
+    train.py writes it, or an export folder itself); each must have trained the release's recipe (preset, task,
+    model, steps) with another seed, else a `UsageError` names the run and the field. The list replaces the one
+    recorded before, so it holds exactly the runs given."""
+    released = os.path.join(models_dir or MODELS_DIR, name)
+    release = read_json(os.path.join(released, "run_config.json"))
+    if release is None:
+        raise UsageError(f"{name}: {released} has no run_config.json (not built: run `make release` first)")
+    recorded = []
+    for run in runs:
+        folder = os.path.join(run, "export") if os.path.isdir(os.path.join(run, "export")) else run
+        config, results = (read_json(os.path.join(folder, file)) for file in ("run_config.json", "eval_results.json"))
+        if config is None or results is None:
+            raise UsageError(f"--other_seeds {run}: no run_config.json and eval_results.json (not a train.py run)")
+        for field in RECIPE_FIELDS:
+            ours, theirs = release.get(field), config.get(field)
+            if isinstance(ours, dict) and isinstance(theirs, dict):
+                keys = (set(ours) & set(theirs)) - RUN_ONLY_FIELDS
+                ours, theirs = {key: ours[key] for key in keys}, {key: theirs[key] for key in keys}
+            if ours != theirs:
+                raise UsageError(f"--other_seeds {run}: its {field} is not {name}'s ({theirs} against {ours})")
+        steps = (config.get("training") or {}).get("steps"), (release.get("training") or {}).get("steps")
+        if steps[0] != steps[1]:
+            raise UsageError(f"--other_seeds {run}: trained {steps[0]} steps, {name} {steps[1]}")
+        if config.get("seed") == release.get("seed") or config.get("seed") in [entry["seed"] for entry in recorded]:
+            raise UsageError(f"--other_seeds {run}: seed {config.get('seed')} is already {name}'s or given before")
+        recorded.append({
+            "seed": config.get("seed"),
+            "accuracy": {split: values["accuracy"] for split, values in results.items()},
+            "fixed": {split: values["fixed_steps"]["accuracy"] for split, values in results.items()
+                      if values.get("fixed_steps")},
+            "machine": ", ".join(filter(None, (config.get("machine"), config.get("precision")))),
+            "commit": config.get("commit"),
+            "finished": (config.get("training") or {}).get("finished"),
+        })  # fmt: skip
+    # the record and the card it renders replace the release's together (as _copy_release, the same export)
+    with release_lock(released), atomic_folder(released) as new:
+        # the release's own choice of adaptive steps and its results stand: only the record and the card change
+        _released_files(name, released, new, org, MAX_BYTES, run_config={**release, "other_seeds": recorded},
+                        study=False)  # fmt: skip
+        _keep_line(released, new)
+    print(f"[release] {name}: {len(recorded)} other seed(s) recorded in its run_config.json and card")
+    return recorded
 
 
 def stage(name: str, out_dir: str) -> str:
@@ -435,6 +495,13 @@ def main(argv=None):
         "--refresh",
         action="store_true",
         help="Re-render the cards of built releases whose runs are not in outputs/ (after a template change).",
+    )
+    parser.add_argument(
+        "--other_seeds",
+        nargs="+",
+        metavar="RUN",
+        help="With one --names: record what these runs of the release's recipe with other seeds gave (train.py "
+        "output folders) in its run_config.json, and re-render its card to say so.",
     )
     parser.add_argument("--push", action="store_true", help="Upload each built folder with its modeling code.")
     parser.add_argument("--stage", help="Write what --push would upload into this folder instead.")
@@ -473,6 +540,11 @@ def main(argv=None):
         raise UsageError(f"--check_samples {args.check_samples}: the release check's sample size, 0 (none) or more")
     if args.resume_branch and not args.cooldown:
         raise UsageError("--resume_branch resumes a cooldown branch: pass --cooldown TASK too")
+    if args.other_seeds:
+        if len(args.names) != 1:
+            raise UsageError("--other_seeds RUN ...: name the one release they belong to with --names")
+        record_other_seeds(args.names[0], args.other_seeds, args.org)
+        return
     if args.cooldown:
         if not args.resume_branch and (not args.steps or args.steps <= 0):
             raise UsageError("--steps N (N > 0): the cooldown branch's steps")
