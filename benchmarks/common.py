@@ -23,6 +23,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "training"))
 # The commit before the performance work (issue 11): "before" in the comparisons.
 REFERENCE_COMMIT = "6cddcbd"
+# the variables that hold a CPU's instruction sets back (docs/performance.md, "Other kinds of CPU on this one")
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def machine() -> dict:
@@ -44,6 +46,9 @@ def machine() -> dict:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        # instruction sets held back on purpose (ATen's vector code, oneDNN's and MKL's matrix products): a run that
+        # stands in for a CPU kind without them (AVX2 only, AVX-512 without bf16) says so
+        "isa_limits": {name: os.environ[name] for name in ISA_LIMITS if name in os.environ},
         "load_average": round(os.getloadavg()[0], 2),
     }
 

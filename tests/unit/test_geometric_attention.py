@@ -410,3 +410,47 @@ def test_under_bf16_autocast_the_cpu_kernel_adds_no_full_size_copies():
     torch.testing.assert_close(output.float(), reference.float(), rtol=0.02, atol=0.02)
     for grad, expected in zip(grads, reference_grads):
         assert (grad - expected).abs().max() <= 0.03 * expected.abs().max(), "gradients to bfloat16's precision"
+
+
+# the kernel's other build on this CPU: ATen's vectors are 8 floats wide under AVX2 and 16 under AVX-512, so each
+# build has its own loop tails; the build torch's capability picks is tested above, the others in a process that holds
+# the capability back (ATEN_CPU_CAPABILITY, as a CPU without AVX-512 would report it)
+OTHER_BUILD_CHECK = """
+import torch
+from modeling_ndr.geometric_ndr import geometric_attention_weights, load_cpu_kernel
+assert torch.backends.cpu.get_cpu_capability() == "{capability}", torch.backends.cpu.get_cpu_capability()
+assert load_cpu_kernel() is not None, "the kernel must build"
+generator = torch.Generator().manual_seed(0)
+for n in (5, 13, 37):  # below, at and past one vector of either width, with tails
+    logits = 3 * torch.randn(3, 2, n, n, generator=generator)
+    left, right = (torch.randn(3, 2, n, generator=generator) for _ in range(2))
+    mask = torch.ones(3, n, dtype=torch.long)
+    mask[1, n // 2 :] = 0
+    upstream = torch.randn(3, 2, n, n, generator=generator)
+    for dtype, tolerance in ((torch.float32, (1e-5, 1e-4)), (torch.bfloat16, (2e-2, 2e-2))):
+        results = {{}}
+        for kernel in ("cpu", "torch"):
+            inputs = [t.to(dtype).clone().requires_grad_() for t in (logits, left, right)]
+            weights = geometric_attention_weights(inputs[0], mask, left=inputs[1], right=inputs[2], kernel=kernel)
+            (weights.float() * upstream).sum().backward()
+            results[kernel] = [weights.detach().float(), *(t.grad.float() for t in inputs)]
+        for fast, reference, name in zip(results["cpu"], results["torch"], ("weights", "logits", "left", "right")):
+            message = f"n={{n}} {{dtype}} {{name}}: kernel vs torch"
+            torch.testing.assert_close(fast, reference, atol=tolerance[0], rtol=tolerance[1], msg=message)
+print("ok")
+"""
+
+
+@needs_compiler
+def test_the_kernel_s_avx2_build_equals_the_torch_path_where_the_cpu_has_avx512():
+    """Where torch picks the AVX-512 build, the AVX2 build (what an AVX2-only CPU runs) is built and checked against
+    the PyTorch path too, fp32 and bf16, forward and backward."""
+    import subprocess
+    import sys
+
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        pytest.skip(f"this CPU's build is {torch.backends.cpu.get_cpu_capability()}, the one the tests above check")
+    environment = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
+    done = subprocess.run([sys.executable, "-c", OTHER_BUILD_CHECK.format(capability="AVX2")], env=environment,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
