@@ -140,13 +140,22 @@ def run_until_stopped(command: list[str], env: dict, directory: str, append: boo
 def script_flags(command: list[str]) -> list[str]:
     """What makes a `train.py` command the same run: the number of processes it launches (`--num_processes` of the
     launcher; 1 without one: the global batch depends on it) and the flags it gives `train.py` (what follows the
-    script), not the launcher's or interpreter's path or the checkout's. A command without `train.py` is all of it."""
+    script), not the launcher's or interpreter's path or the checkout's, nor `--output_dir` (the run folder the command
+    is checked for: an absolute and a relative path name the same folder). A command without `train.py` is all of
+    it."""
     scripts = [index for index, part in enumerate(command) if os.path.basename(part) == "train.py"]
     if not scripts:
         return command
     launcher = command[: scripts[0]]
     processes = launcher[launcher.index("--num_processes") + 1] if "--num_processes" in launcher[:-1] else "1"
-    return [f"processes={processes}", *command[scripts[0] + 1 :]]
+    flags = command[scripts[0] + 1 :]
+    output_dir = [flag == "--output_dir" or flag.startswith("--output_dir=") for flag in flags]
+    kept = [
+        flag
+        for index, flag in enumerate(flags)
+        if not (output_dir[index] or (index and flags[index - 1] == "--output_dir"))
+    ]
+    return [f"processes={processes}", *kept]
 
 
 def train_once(

@@ -75,6 +75,10 @@ def test_a_run_started_from_another_checkout_is_the_same_run_and_one_of_other_pr
     alone = ["/usr/bin/python3", "/tmp/b/training/train.py", "--seed", "1"]
     assert compare_runs.script_flags(alone) != compare_runs.script_flags(here), "another global batch: another run"
     assert compare_runs.script_flags(["python", "other.py", "--seed", "1"]) == ["python", "other.py", "--seed", "1"]
+    # the run folder named from another working directory (a worktree's call with an absolute path): the same run
+    relative = ["accelerate", "launch", "--num_processes", "2", "train.py", "--output_dir", "outputs/r", "--seed", "1"]
+    absolute = [*relative[:5], "--output_dir=/work/main/outputs/r", "--seed", "1"]
+    assert compare_runs.script_flags(relative) == compare_runs.script_flags(absolute) == ["processes=2", "--seed", "1"]
 
 
 def test_a_cell_named_twice_or_with_all_8_symbols_spelled_out_is_one_run():
