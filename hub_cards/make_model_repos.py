@@ -377,25 +377,21 @@ def gpu_launch(processes: int) -> list[str]:
     return [accelerate, "launch", "--config_file", config, "--num_processes", str(processes), train]
 
 
-def _copy_release(name: str, run: str, org: str, models_dir: str | None = None, max_bytes: int = MAX_BYTES) -> str:
+def _copy_release(name: str, run: str, org: str, models_dir: str | None = None, max_bytes: int = MAX_BYTES,
+                  run_config: dict | None = None, study: bool = True) -> str:  # fmt: skip
     target = os.path.join(models_dir or MODELS_DIR, name)  # MODELS_DIR as it is now, the folder build() looked at
     # the new release is complete in a hidden sibling before it replaces the old one (atomic_folder): an interrupted
     # build, or one over the size budget, leaves the previous release as it was; the line's state stays with it, and
     # a continuation of the release waits for no one: one of them is refused (release_lock)
     with release_lock(target), atomic_folder(target) as new:
-        size = _released_files(name, run, new, org, max_bytes)
-        _keep_line(target, new)
+        size = _released_files(name, run, new, org, max_bytes, run_config=run_config, study=study)
+        for entry in LINE_FILES:
+            if os.path.isdir(kept := os.path.join(target, entry)):
+                shutil.copytree(kept, os.path.join(new, entry))
+            elif os.path.isfile(kept):
+                shutil.copy2(kept, new)
     print(f"[release] {name}: {target} ({size / 2**20:.2f} MB)")
     return target
-
-
-def _keep_line(release: str, new: str) -> None:
-    """Copy the line's state (and an unfinished cooldown branch's) and its curve from `release` into `new`."""
-    for entry in LINE_FILES:
-        if os.path.isdir(kept := os.path.join(release, entry)):
-            shutil.copytree(kept, os.path.join(new, entry))
-        elif os.path.isfile(kept):
-            shutil.copy2(kept, new)
 
 
 def _released_files(name, source, target, org, max_bytes, eval_results=None, run_config=None, study=True) -> int:
@@ -458,12 +454,9 @@ def record_other_seeds(name: str, runs: list[str], org: str = DEFAULT_ORG, model
             "commit": config.get("commit"),
             "finished": (config.get("training") or {}).get("finished"),
         })  # fmt: skip
-    # the record and the card it renders replace the release's together (as _copy_release, the same export)
-    with release_lock(released), atomic_folder(released) as new:
-        # the release's own choice of adaptive steps and its results stand: only the record and the card change
-        _released_files(name, released, new, org, MAX_BYTES, run_config={**release, "other_seeds": recorded},
-                        study=False)  # fmt: skip
-        _keep_line(released, new)
+    # the record and the card it renders replace the release's together; the release's own choice of adaptive steps
+    # and its results stand (the export study is not run again)
+    _copy_release(name, released, org, models_dir, run_config={**release, "other_seeds": recorded}, study=False)
     print(f"[release] {name}: {len(recorded)} other seed(s) recorded in its run_config.json and card")
     return recorded
 

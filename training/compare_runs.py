@@ -149,13 +149,8 @@ def script_flags(command: list[str]) -> list[str]:
     launcher = command[: scripts[0]]
     processes = launcher[launcher.index("--num_processes") + 1] if "--num_processes" in launcher[:-1] else "1"
     flags = command[scripts[0] + 1 :]
-    output_dir = [flag == "--output_dir" or flag.startswith("--output_dir=") for flag in flags]
-    kept = [
-        flag
-        for index, flag in enumerate(flags)
-        if not (output_dir[index] or (index and flags[index - 1] == "--output_dir"))
-    ]
-    return [f"processes={processes}", *kept]
+    named = [flag for index, flag in enumerate(flags) if flags[index - 1 : index] != ["--output_dir"]]
+    return [f"processes={processes}", *(flag for flag in named if flag.split("=")[0] != "--output_dir")]
 
 
 def train_once(

@@ -7,6 +7,8 @@ the PyTorch path. Where a compiler exists, the kernel must build."""
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -445,9 +447,6 @@ print("ok")
 def test_the_kernel_s_avx2_build_equals_the_torch_path_where_the_cpu_has_avx512():
     """Where torch picks the AVX-512 build, the AVX2 build (what an AVX2-only CPU runs) is built and checked against
     the PyTorch path too, fp32 and bf16, forward and backward."""
-    import subprocess
-    import sys
-
     if torch.backends.cpu.get_cpu_capability() != "AVX512":
         pytest.skip(f"this CPU's build is {torch.backends.cpu.get_cpu_capability()}, the one the tests above check")
     environment = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
