@@ -31,6 +31,7 @@ step is trained (exit status 2).
 """
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -114,7 +115,22 @@ def main(argv: list[str] | None = None) -> dict:
     # one run per output folder: a second run started on it stops here, in one line naming the run that holds it
     # (under DDP the main process holds it for all ranks)
     with lock_output_dir(training_args.output_dir, enabled=training_args.should_save):
-        return run(argv, data_args, model_args, run_args, training_args, preset)
+        results = run(argv, data_args, model_args, run_args, training_args, preset)
+    leave_process_group()
+    return results
+
+
+def leave_process_group() -> None:
+    """Destroy the process group (under DDP) once nothing else holds it.
+
+    `run` has returned, so its Trainer is unreachable; collecting it here frees DDP's `Reducer` while the process
+    group's registry still holds the group. Otherwise the Reducer, freed with the GIL held after the group is
+    destroyed, drops the last reference to the gloo group, whose destructor then waits for its worker threads while
+    one of them may need the GIL to release a finished collective's tensors: a hang seen in 1 of 2 CI runs
+    (2026-12-07). Freed from the registry instead, the group is destroyed with the GIL released."""
+    gc.collect()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def headline(export_dir: str, results: dict, steps: int, precision: str, task: str | None = None) -> str:
@@ -403,11 +419,11 @@ def run(argv: list[str], data_args, model_args, run_args, training_args, preset:
         # the export with ndr's card, once (Trainer would push output_dir and its own card; see NDRTrainer)
         trainer.push_to_hub(commit_message="Upload the NDR export (training/train.py)", export_dir=export_dir)
         print(f"pushed {os.path.abspath(export_dir)} to https://huggingface.co/{trainer.hub_model_id}")
-    # the other processes wait for the main one's export (and push), then all leave the process group together: a
-    # process that exits while the main one still exports can abort in the process group's teardown ("terminate
-    # called without an active exception"), and the launcher then kills the main process before its export is written
+    # the other processes wait for the main one's export (and push), then all leave the process group together
+    # (main, once the Trainer is freed): a process that exits while the main one still exports can abort in the
+    # process group's teardown ("terminate called without an active exception"), and the launcher then kills the main
+    # process before its export is written
     trainer.accelerator.wait_for_everyone()
-    trainer.accelerator.end_training()  # (destroys the process group)
     return results
 
 

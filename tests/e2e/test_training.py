@@ -283,6 +283,14 @@ def test_other_processes_leave_only_after_the_main_process_has_exported(tmp_path
             export_model(*args, **kwargs)
             open({str(marks)!r} + "/exported", "w").write(repr(time.time()))
         training.export_model = slow_export
+        import gc, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        destroy = dist.destroy_process_group
+        def counting_destroy(*args, **kwargs):  # how many DDP-wrapped models still exist when the group goes
+            alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
+            open({str(marks)!r} + f"/ddp-alive-{{rank}}", "w").write(str(alive))
+            return destroy(*args, **kwargs)
+        dist.destroy_process_group = counting_destroy
         sys.argv[0] = {str(TRAIN)!r}
         sys.path.insert(0, {str(TRAIN.parent)!r})  # as `python training/train.py` puts its folder first
         runpy.run_path({str(TRAIN)!r}, run_name="__main__")
@@ -299,6 +307,11 @@ def test_other_processes_leave_only_after_the_main_process_has_exported(tmp_path
     left = float((marks / "left-1").read_text())
     assert left >= exported, f"process 1 left {exported - left:.1f} s before the main process's export was written"
     assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
+    # DDP's Reducer must be freed while the process group still exists: freed after it, it dropped the last reference
+    # to the gloo group with the GIL held, and the group's destructor could wait forever on a worker thread that
+    # needed the GIL (rank 1 hung there in a CI run, 2026-12-07)
+    for rank in (0, 1):
+        assert (marks / f"ddp-alive-{rank}").read_text() == "0", f"process {rank} destroyed the group with DDP alive"
 
 
 def test_preset_values_are_defaults_and_flags_override_them(tmp_path, native_bf16):
