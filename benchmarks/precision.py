@@ -6,8 +6,9 @@ native bf16 (AVX512-BF16 or AMX), and what it would cost where it does not (auto
 1. the training step (forward under autocast, backward, AdamW), interleaved, at the three CPU presets' sizes
    (`arithmetic_cpu`, `listops_cpu`, `ctl_cpu`: their model, batch 64 of real task rows, one thread);
 2. evaluation (a forward of 500 rows, no gradients) at the same sizes;
-3. `train.py`'s real training throughput (its `train_samples_per_second`) of the three presets, one process of one
-   thread, `--precision fp32` against `--precision bf16`, for `--train_steps` steps each.
+3. `train.py`'s real training throughput of the three presets, one process of one thread, `--precision fp32` against
+   `--precision bf16`, for `--train_steps` steps each: as its Trainer reports it (`train_samples_per_second`, the
+   run's start included) and in the steady state (from a second run of a quarter of the steps: what the rest took).
 
 Without native bf16 the bf16 side is measured once (`emulated`: one step or one forward) and `train.py` in bf16 is
 not run: an emulated bf16 matrix product is tens of times slower than fp32 (docs/results/performance.md).
@@ -104,8 +105,9 @@ def model_rows(repeats: int, native: bool) -> list[dict]:
     return rows
 
 
-def train_throughput(preset: str, precision: str, steps: int) -> float:
-    """`train_samples_per_second` of `steps` steps of `preset`'s train.py run, one process of one thread."""
+def train_run(preset: str, precision: str, steps: int) -> tuple[float, float]:
+    """`(samples, seconds)` of `steps` steps of `preset`'s train.py run as its Trainer reports them
+    (`train_samples_per_second` times `train_runtime`, and `train_runtime`), one process of one thread."""
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, os.path.join(REPO, "training", "train.py"), "--preset", preset, "--precision",
                    precision, "--max_steps", str(steps), "--eval_strategy", "no", "--save_strategy", "no",
@@ -116,7 +118,25 @@ def train_throughput(preset: str, precision: str, steps: int) -> float:
         if result.returncode != 0:
             raise RuntimeError(f"{preset} {precision}: {result.stderr.strip().splitlines()[-1]}")
         with open(os.path.join(out, "train_results.json")) as f:
-            return json.load(f)["train_samples_per_second"]
+            results = json.load(f)
+    return results["train_samples_per_second"] * results["train_runtime"], results["train_runtime"]
+
+
+def train_throughput(preset: str, precision: str, steps: int) -> dict:
+    """train.py's samples/s over `steps` steps as its Trainer reports them (`reported`: the run's start inside
+    `Trainer.train` included: the first step's one-time work, the sampler, which weigh on a run of a few dozen steps)
+    and in its steady state (`steady`: the samples and seconds a run of `steps` takes beyond one of `steps // 4`,
+    which leaves that start out, as it is in a run of thousands of steps); `start_seconds`: what the run took beyond
+    its steps at the steady rate."""
+    short = max(1, steps // 4)
+    samples, seconds = train_run(preset, precision, steps)
+    short_samples, short_seconds = train_run(preset, precision, short)
+    step_seconds = (seconds - short_seconds) / (steps - short)
+    return {
+        "reported": samples / seconds,
+        "steady": (samples - short_samples) / (seconds - short_seconds),
+        "start_seconds": seconds - steps * step_seconds,
+    }
 
 
 def main(argv=None):
@@ -142,11 +162,25 @@ def main(argv=None):
     for preset in PRESETS:
         fp32 = train_throughput(preset, "fp32", args.train_steps)
         bf16 = train_throughput(preset, "bf16", args.train_steps) if native else None
-        throughput.append({"preset": preset, "fp32": fp32, "bf16": bf16, "speedup": bf16 / fp32 if bf16 else None})
+        throughput.append({"preset": preset, "fp32": fp32, "bf16": bf16,
+                           "speedup": bf16["reported"] / fp32["reported"] if bf16 else None,
+                           "steady_speedup": bf16["steady"] / fp32["steady"] if bf16 else None})  # fmt: skip
     print(f"\n### train.py training samples/s ({args.train_steps} steps, one process of one thread)\n")
-    print(markdown_table([[f"`{t['preset']}`", f"{t['fp32']:.0f}", f"{t['bf16']:.0f}" if t["bf16"] else "not run",
-                           f"{t['speedup']:.2f}x" if t["speedup"] else "–"] for t in throughput],
-                         ["preset", "fp32", "bf16", "bf16 speed-up"]))  # fmt: skip
+    print(
+        "As the Trainer reports them (the run's start included), and in the steady state (what the last "
+        f"{args.train_steps - args.train_steps // 4} steps took beyond a run of {args.train_steps // 4}); "
+        "start: the seconds a run spends beyond its steps.\n"
+    )
+    rows = []
+    for t in throughput:
+        fp32, bf16 = t["fp32"], t["bf16"] or {}
+        start = f"{fp32['start_seconds']:.1f}" + (f" / {bf16['start_seconds']:.1f}" if bf16 else "")
+        rows.append([f"`{t['preset']}`", f"{fp32['reported']:.0f}", f"{bf16['reported']:.0f}" if bf16 else "not run",
+                     f"{t['speedup']:.2f}x" if bf16 else "–", f"{fp32['steady']:.0f}",
+                     f"{bf16['steady']:.0f}" if bf16 else "not run", f"{t['steady_speedup']:.2f}x" if bf16 else "–",
+                     start])  # fmt: skip
+    print(markdown_table(rows, ["preset", "fp32", "bf16", "bf16 speed-up", "fp32 steady", "bf16 steady",
+                                "steady speed-up", "start s (fp32 / bf16)"]))  # fmt: skip
     return save_json(args.json, {"machine": machine(), "native_bf16": native, "model": rows, "train": throughput})
 
 

@@ -24,3 +24,23 @@ def test_the_attention_benchmark_times_both_ops_in_each_precision_and_names_the_
     assert results["setting"].startswith(dtype) and results["rows"][0]["seq"] == 13
     assert results["rows"][0]["geometric / SDPA"].endswith("x"), results["rows"]
     assert isinstance(results["machine"]["cpu_flags"], list), "the CPU's flags the kernels depend on"
+
+
+def test_the_precision_benchmark_leaves_a_run_s_start_out_of_its_steady_train_py_throughput(monkeypatch):
+    """A run that spends 3 s before its steps and 0.25 s a step of 64 samples: the Trainer's figure over 40 steps is
+    dragged down by the start (64 * 40 / 13 s), the steady figure is the steps' own (256 samples/s)."""
+    monkeypatch.syspath_prepend(str(REPO / "training"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import precision
+
+    runs = []
+
+    def fake_run(preset, precision_name, steps):
+        runs.append(steps)
+        return 64.0 * steps, 3.0 + 0.25 * steps
+
+    monkeypatch.setattr(precision, "train_run", fake_run)
+    result = precision.train_throughput("arithmetic_cpu", "bf16", 40)
+    assert runs == [40, 10]
+    assert result["reported"] == pytest.approx(64 * 40 / 13.0)
+    assert result["steady"] == pytest.approx(256.0) and result["start_seconds"] == pytest.approx(3.0)
