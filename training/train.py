@@ -41,6 +41,7 @@ import time
 import huggingface_hub
 import torch
 import transformers
+from accelerate import PartialState
 from transformers import DataCollatorWithPadding, set_seed
 
 import datasets
@@ -130,7 +131,7 @@ def leave_process_group() -> None:
     (2026-12-07). Freed from the registry instead, the group is destroyed with the GIL released."""
     gc.collect()
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+        PartialState().destroy_process_group()  # what Accelerator.end_training does (not under a forked launch)
 
 
 def headline(export_dir: str, results: dict, steps: int, precision: str, task: str | None = None) -> str:
