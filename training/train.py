@@ -127,8 +127,9 @@ def leave_process_group() -> None:
     `run` has returned, so its Trainer is unreachable; collecting it here frees DDP's `Reducer` while the process
     group's registry still holds the group. Otherwise the Reducer, freed with the GIL held after the group is
     destroyed, drops the last reference to the gloo group, whose destructor then waits for its worker threads while
-    one of them may need the GIL to release a finished collective's tensors: a hang seen in 1 of 2 CI runs
-    (2026-12-07). Freed from the registry instead, the group is destroyed with the GIL released."""
+    one of them may need the GIL to release a finished collective's tensors (a hang seen once in CI, 2026-12-07).
+    Released from the registry instead, the group is destroyed by its Python object, whose destructor releases the
+    GIL first (pytorch#154976)."""
     gc.collect()
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         PartialState().destroy_process_group()  # what Accelerator.end_training does (not under a forked launch)
