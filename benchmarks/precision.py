@@ -122,13 +122,18 @@ def train_run(preset: str, precision: str, steps: int) -> tuple[float, float]:
     return results["train_samples_per_second"] * results["train_runtime"], results["train_runtime"]
 
 
+def short_run(steps: int) -> int:
+    """The steps of the shorter run whose time the steady state leaves out: a quarter of `steps`, at least 1."""
+    return max(1, steps // 4)
+
+
 def train_throughput(preset: str, precision: str, steps: int) -> dict:
     """train.py's samples/s over `steps` steps as its Trainer reports them (`reported`: the run's start inside
     `Trainer.train` included: the first step's one-time work, the sampler, which weigh on a run of a few dozen steps)
     and in its steady state (`steady`: the samples and seconds a run of `steps` takes beyond one of `steps // 4`,
     which leaves that start out, as it is in a run of thousands of steps); `start_seconds`: what the run took beyond
     its steps at the steady rate."""
-    short = max(1, steps // 4)
+    short = short_run(steps)
     samples, seconds = train_run(preset, precision, steps)
     short_samples, short_seconds = train_run(preset, precision, short)
     step_seconds = (seconds - short_seconds) / (steps - short)
@@ -145,6 +150,10 @@ def main(argv=None):
     parser.add_argument("--train_steps", type=int, default=60, help="train.py steps per preset and precision")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.train_steps < 2:
+        parser.error(
+            "--train_steps: at least 2 (the steady state is what a run takes beyond one of a quarter of them)"
+        )
     torch.set_num_threads(1)
     native = cpu_has_native_bf16()
     print(f"native bf16 on this CPU (AVX512-BF16 or AMX): {'yes' if native else 'no'}; "
@@ -168,19 +177,20 @@ def main(argv=None):
     print(f"\n### train.py training samples/s ({args.train_steps} steps, one process of one thread)\n")
     print(
         "As the Trainer reports them (the run's start included), and in the steady state (what the last "
-        f"{args.train_steps - args.train_steps // 4} steps took beyond a run of {args.train_steps // 4}); "
+        f"{args.train_steps - short_run(args.train_steps)} steps took beyond a run of {short_run(args.train_steps)}); "
         "start: the seconds a run spends beyond its steps.\n"
     )
-    rows = []
+    train_table = []
     for t in throughput:
         fp32, bf16 = t["fp32"], t["bf16"] or {}
         start = f"{fp32['start_seconds']:.1f}" + (f" / {bf16['start_seconds']:.1f}" if bf16 else "")
-        rows.append([f"`{t['preset']}`", f"{fp32['reported']:.0f}", f"{bf16['reported']:.0f}" if bf16 else "not run",
-                     f"{t['speedup']:.2f}x" if bf16 else "–", f"{fp32['steady']:.0f}",
-                     f"{bf16['steady']:.0f}" if bf16 else "not run", f"{t['steady_speedup']:.2f}x" if bf16 else "–",
-                     start])  # fmt: skip
-    print(markdown_table(rows, ["preset", "fp32", "bf16", "bf16 speed-up", "fp32 steady", "bf16 steady",
-                                "steady speed-up", "start s (fp32 / bf16)"]))  # fmt: skip
+        train_table.append([
+            f"`{t['preset']}`", f"{fp32['reported']:.0f}", f"{bf16['reported']:.0f}" if bf16 else "not run",
+            f"{t['speedup']:.2f}x" if bf16 else "–", f"{fp32['steady']:.0f}",
+            f"{bf16['steady']:.0f}" if bf16 else "not run", f"{t['steady_speedup']:.2f}x" if bf16 else "–", start,
+        ])  # fmt: skip
+    print(markdown_table(train_table, ["preset", "fp32", "bf16", "bf16 speed-up", "fp32 steady", "bf16 steady",
+                                       "steady speed-up", "start s (fp32 / bf16)"]))  # fmt: skip
     return save_json(args.json, {"machine": machine(), "native_bf16": native, "model": rows, "train": throughput})
 
 

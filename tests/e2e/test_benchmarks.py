@@ -44,3 +44,24 @@ def test_the_precision_benchmark_leaves_a_run_s_start_out_of_its_steady_train_py
     assert runs == [40, 10]
     assert result["reported"] == pytest.approx(64 * 40 / 13.0)
     assert result["steady"] == pytest.approx(256.0) and result["start_seconds"] == pytest.approx(3.0)
+
+
+def test_the_precision_benchmark_s_json_keeps_the_step_rows_beside_train_py_s(monkeypatch, tmp_path, capsys):
+    monkeypatch.syspath_prepend(str(REPO / "training"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import precision
+
+    step_rows = [{"preset": p, "step_fp32_ms": 2.0, "step_bf16_ms": 1.0, "step_speedup": 2.0,
+                  "eval_fp32_samples_s": 1.0, "eval_bf16_samples_s": 2.0, "eval_speedup": 2.0}
+                 for p in precision.PRESETS]  # fmt: skip
+    monkeypatch.setattr(precision, "model_rows", lambda repeats, native: step_rows)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "train_run", lambda preset, name, steps: (64.0 * steps, 1.0 + 0.5 * steps))
+    result = precision.main(["--train_steps", "8", "--json", str(tmp_path / "precision.json")])
+    saved = json.loads((tmp_path / "precision.json").read_text())
+    assert saved["model"] == step_rows and result["model"] == step_rows, "the step rows are what the JSON keeps"
+    assert [t["preset"] for t in saved["train"]] == list(precision.PRESETS)
+    assert saved["train"][0]["fp32"]["steady"] == pytest.approx(128.0) and saved["train"][0]["steady_speedup"] == 1.0
+    assert "what the last 6 steps took beyond a run of 2" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        precision.main(["--train_steps", "1"])
