@@ -175,9 +175,10 @@ def main(argv=None):
                            "speedup": bf16["reported"] / fp32["reported"] if bf16 else None,
                            "steady_speedup": bf16["steady"] / fp32["steady"] if bf16 else None})  # fmt: skip
     print(f"\n### train.py training samples/s ({args.train_steps} steps, one process of one thread)\n")
+    short = short_run(args.train_steps)
     print(
         "As the Trainer reports them (the run's start included), and in the steady state (what the last "
-        f"{args.train_steps - short_run(args.train_steps)} steps took beyond a run of {short_run(args.train_steps)}); "
+        f"{args.train_steps - short} steps took beyond a run of {short}); "
         "start: the seconds a run spends beyond its steps.\n"
     )
     train_table = []
