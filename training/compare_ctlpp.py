@@ -240,7 +240,8 @@ def plot_sweep(runs: list[dict], path: str) -> bool:
         axis.set_xlabel("functions shared by the groups")
         axis.set_ylabel("symbols shared per function")
         none = cells[model].get((0, 8))
-        title = model + (f"; no overlap: {statistics.mean(a for a, _ in none):.2f} (n={len(none)})" if none else "")
+        title = model + (f"; no overlap: {statistics.mean(a for a, _ in none):.2f} (n={len(none)}, "
+                         f"iid {statistics.mean(i for _, i in none):.2f})" if none else "")  # fmt: skip
         axis.set_title(title, fontsize=9)
     figure.colorbar(image, ax=list(axes[0]), shrink=0.8, label=f"{headline_split(task_variant)} accuracy")
     figure.suptitle(f"CTL++ {task_variant}: never-seen orders by overlap (chance 0.125)", fontsize=10)
