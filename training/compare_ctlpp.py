@@ -197,6 +197,11 @@ def tables(runs: list[dict]) -> str:
     )  # fmt: skip
 
 
+def cell_means(values: list[tuple[float, float]]) -> tuple[float, float]:
+    """The mean never-seen and `iid_test` accuracy over a cell's runs."""
+    return statistics.mean(a for a, _ in values), statistics.mean(i for _, i in values)
+
+
 def plot_sweep(runs: list[dict], path: str) -> bool:
     """The overlap sweep as a grid per model, as the authors draw it: shared functions across, shared symbols per
     function down (8: all), each cell the headline split's accuracy (the mean over its seeds; below it the number of
@@ -228,9 +233,8 @@ def plot_sweep(runs: list[dict], path: str) -> bool:
         grid = [[float("nan")] * len(functions) for _ in symbols]
         for (k, s), values in cells[model].items():
             if k:
-                mean = statistics.mean(a for a, _ in values)
+                mean, iid = cell_means(values)
                 grid[symbols.index(s)][functions.index(k)] = mean
-                iid = statistics.mean(i for _, i in values)
                 text = f"{mean:.2f}\nn={len(values)}, iid {iid:.2f}"
                 axis.text(functions.index(k), symbols.index(s), text, ha="center", va="center", fontsize=6.5,
                           color="white" if mean < 0.6 else "black")  # fmt: skip
@@ -239,9 +243,10 @@ def plot_sweep(runs: list[dict], path: str) -> bool:
         axis.set_yticks(range(len(symbols)), [f"{s} (all)" if s == 8 else s for s in symbols])
         axis.set_xlabel("functions shared by the groups")
         axis.set_ylabel("symbols shared per function")
-        none = cells[model].get((0, 8))
-        title = model + (f"; no overlap: {statistics.mean(a for a, _ in none):.2f} (n={len(none)}, "
-                         f"iid {statistics.mean(i for _, i in none):.2f})" if none else "")  # fmt: skip
+        title = model
+        if none := cells[model].get((0, 8)):
+            mean, iid = cell_means(none)
+            title += f"; no overlap: {mean:.2f} (n={len(none)}, iid {iid:.2f})"
         axis.set_title(title, fontsize=9)
     figure.colorbar(image, ax=list(axes[0]), shrink=0.8, label=f"{headline_split(task_variant)} accuracy")
     figure.suptitle(f"CTL++ {task_variant}: never-seen orders by overlap (chance 0.125)", fontsize=10)
